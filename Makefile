@@ -1,0 +1,36 @@
+# Two commands set everything up on a fresh Debian machine (as root):
+#   make demo   setup + build + the built-in default job
+#   make test   setup + build + all default tests
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+export CCACHE_DIR ?= $(HOME)/.cache/ccache
+
+.PHONY: all setup configure build test test-long demo bench clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+$(BUILD_DIR)/build.ninja:
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
+
+configure: setup $(BUILD_DIR)/build.ninja
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	cd $(BUILD_DIR) && ctest -L default --output-on-failure -j 2
+
+test-long: build
+	cd $(BUILD_DIR) && ctest -L long --output-on-failure -j 1
+
+demo: build
+	$(BUILD_DIR)/hyperparallel selfcheck
+
+bench: build
+	scripts/bench_comm.sh $(BUILD_DIR)
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,89 @@
+// Communicator: one process group (a set of ranks) and the collectives the library needs,
+// all asynchronous, over c10d (Gloo on CPU).
+//
+// What it adds to c10d Gloo 1.13 (docs/comm.md has the details and the reasons):
+//  - flat all-gather into one output buffer, and reduce-scatter from one flat input, which
+//    Gloo lacks: an all-to-all followed by a local reduction in rank order — the same bytes
+//    on the wire as a ring, and the same result bits on every rank;
+//  - AVG for all-reduce and reduce-scatter;
+//  - any dtype on the wire: data moves as bytes, so bf16/fp16/bool/int16 work; reductions
+//    of bf16/fp16 accumulate in fp32 and cast once (a bf16 sum equals the fp32 sum cast);
+//  - argument and dtype checks before anything is issued (Gloo reports some errors late and
+//    then the group is unusable);
+//  - counters of calls and bytes on the wire per kind (comm_counters.h).
+// Ownership: a Communicator owns its c10d group. All groups made from one world share one
+// GroupRegistry (a store plus a cache), so asking twice for the same ranks returns the same
+// Communicator. There is no global default group: pass communicators explicitly.
+// Thread safety: issue collectives from one thread at a time per communicator, in the same
+// order on every member rank (as with any c10d group); counters are safe to read anytime.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hyperparallel/comm/comm_counters.h"
+#include "hyperparallel/comm/comm_handle.h"
+
+namespace hyperparallel::comm {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+const char* to_string(ReduceOp op);
+
+struct CommOptions {
+  // Limit for one collective; past it the collective fails with CommError.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // Limit for reaching the rendezvous store and for group creation.
+  std::chrono::milliseconds rendezvous_timeout{std::chrono::seconds(120)};
+};
+
+class GroupRegistry;  // src/comm/group_registry.h
+
+class Communicator : public std::enable_shared_from_this<Communicator> {
+ public:
+  struct Impl;  // holds the c10d group; defined in src/comm/communicator_impl.h
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;                             // this process's rank within the group
+  int size() const;                             // number of ranks in the group
+  const std::string& name() const;              // for messages: "world", "dp_shard", ...
+  const std::vector<int>& global_ranks() const; // the members as world ranks, in group order
+  int global_rank() const;                      // this process's world rank
+  const CommOptions& options() const;
+
+  // output.numel() == size() * input.numel(); rank r's input lands at [r*n, (r+1)*n).
+  CommHandle all_gather(const at::Tensor& output, const at::Tensor& input);
+  // input.numel() == size() * output.numel(); output = op over ranks of input[rank*n, ...).
+  CommHandle reduce_scatter(const at::Tensor& output, const at::Tensor& input,
+                            ReduceOp op = ReduceOp::kSum);
+  CommHandle all_reduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  CommHandle broadcast(const at::Tensor& tensor, int root);
+  // Splits are counts of dim-0 rows per rank; empty splits mean equal parts.
+  CommHandle all_to_all(const at::Tensor& output, const at::Tensor& input,
+                        const std::vector<int64_t>& output_splits = {},
+                        const std::vector<int64_t>& input_splits = {});
+  CommHandle send(const at::Tensor& tensor, int dst, int tag = 0);
+  CommHandle recv(const at::Tensor& tensor, int src, int tag = 0);
+  CommHandle barrier();
+
+  // The group of `global_ranks` (world ranks, in the order given); this process must be
+  // one of them and every member must ask for it in the same program order. Cached: a
+  // second request for the same ranks returns the same Communicator.
+  std::shared_ptr<Communicator> group(const std::vector<int>& global_ranks, const std::string& name);
+
+  CommCounters counters() const;
+  void reset_counters();
+
+  Impl& impl() { return *impl_; }  // for src/comm only
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hyperparallel::comm

@@ -1,0 +1,310 @@
+// Collectives over c10d Gloo. See communicator.h for the contract, docs/comm.md for why
+// each collective is built the way it is.
+#include "hyperparallel/comm/communicator.h"
+
+#include <ATen/ATen.h>
+
+#include <numeric>
+
+#include "byte_transport.h"
+#include "communicator_impl.h"
+#include "group_registry.h"
+#include "hyperparallel/platform/user_error.h"
+
+namespace hyperparallel::comm {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "unknown";
+}
+
+// ---- PendingWork over c10d ------------------------------------------------------------
+
+void wait_work(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::milliseconds timeout,
+               const std::string& what) {
+  try {
+    work->wait(timeout);
+  } catch (const std::exception& e) {
+    throw CommError(what + " failed: " + e.what() +
+                    " (a peer may have exited, or is not calling the same collective)");
+  }
+}
+
+WirePendingWork::WirePendingWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish,
+                                 std::string what, std::chrono::milliseconds default_timeout)
+    : work_(std::move(work)), finish_(std::move(finish)), what_(std::move(what)),
+      default_timeout_(default_timeout) {}
+
+void WirePendingWork::wait(std::optional<std::chrono::milliseconds> timeout) {
+  if (work_) wait_work(work_, timeout.value_or(default_timeout_), what_);
+  work_.reset();
+  if (finish_) {
+    auto finish = std::move(finish_);
+    finish_ = nullptr;
+    finish();
+  }
+}
+
+bool WirePendingWork::is_completed() { return !work_ || work_->isCompleted(); }
+
+// ---- Communicator ------------------------------------------------------------------------
+
+namespace {
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+    default: return c10d::ReduceOp::SUM;  // avg = sum, then divide locally
+  }
+}
+
+int64_t bytes_of(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+}  // namespace
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::size() const { return static_cast<int>(impl_->global_ranks.size()); }
+const std::string& Communicator::name() const { return impl_->name; }
+const std::vector<int>& Communicator::global_ranks() const { return impl_->global_ranks; }
+int Communicator::global_rank() const { return impl_->global_ranks[impl_->rank]; }
+const CommOptions& Communicator::options() const { return impl_->options; }
+
+CommCounters Communicator::counters() const {
+  std::lock_guard<std::mutex> lock(impl_->counters_mutex);
+  return impl_->counters;
+}
+
+void Communicator::reset_counters() {
+  std::lock_guard<std::mutex> lock(impl_->counters_mutex);
+  impl_->counters = CommCounters{};
+}
+
+std::shared_ptr<Communicator> Communicator::group(const std::vector<int>& global_ranks,
+                                                  const std::string& name) {
+  return impl_->registry->get_or_create(global_ranks, name);
+}
+
+namespace {
+
+// "all_gather on group 'dp_shard' (rank 1 of 4)"
+std::string describe(const Communicator& c, const char* op) {
+  return std::string(op) + " on group '" + c.name() + "' (rank " + std::to_string(c.rank()) + " of " +
+         std::to_string(c.size()) + ")";
+}
+
+void record(Communicator::Impl& impl, CollectiveKind kind, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(impl.counters_mutex);
+  impl.counters.record(kind, bytes);
+}
+
+CommHandle make_handle(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish,
+                       const std::string& what, const CommOptions& options) {
+  return CommHandle(std::make_unique<WirePendingWork>(std::move(work), std::move(finish), what,
+                                                      options.timeout));
+}
+
+void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const std::string& what) {
+  if (a.scalar_type() != b.scalar_type()) {
+    throw UserError(what + ": output dtype " + std::string(c10::toString(a.scalar_type())) +
+                    " differs from input dtype " + std::string(c10::toString(b.scalar_type())));
+  }
+}
+
+void check_peer(int peer, int size, const std::string& what, const char* role) {
+  if (peer < 0 || peer >= size) {
+    throw UserError(what + ": " + role + " rank " + std::to_string(peer) + " is outside the group (size " +
+                    std::to_string(size) + ")");
+  }
+}
+
+}  // namespace
+
+CommHandle Communicator::all_gather(const at::Tensor& output, const at::Tensor& input) {
+  const std::string what = describe(*this, "all_gather");
+  check_transportable(input, what, "input");
+  check_transportable(output, what, "output");
+  check_same_dtype(output, input, what);
+  const int n = size();
+  if (output.numel() != input.numel() * n) {
+    throw UserError(what + ": output has " + std::to_string(output.numel()) + " elements, expected " +
+                    std::to_string(n) + " x " + std::to_string(input.numel()) + " input elements");
+  }
+  record(*impl_, CollectiveKind::kAllGather, (n - 1) * bytes_of(input));
+  std::vector<at::Tensor> inputs{flat_bytes(input)};
+  std::vector<std::vector<at::Tensor>> outputs{flat_bytes(output).chunk(n)};
+  if (input.numel() == 0) return CommHandle();
+  auto work = impl_->group->allgather(outputs, inputs);
+  return make_handle(std::move(work), nullptr, what, impl_->options);
+}
+
+CommHandle Communicator::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  const std::string what = describe(*this, "reduce_scatter");
+  check_transportable(input, what, "input");
+  check_transportable(output, what, "output");
+  check_same_dtype(output, input, what);
+  check_reducible(input.scalar_type(), op, what);
+  const int n = size();
+  if (input.numel() != output.numel() * n) {
+    throw UserError(what + ": input has " + std::to_string(input.numel()) + " elements, expected " +
+                    std::to_string(n) + " x " + std::to_string(output.numel()) + " output elements");
+  }
+  record(*impl_, CollectiveKind::kReduceScatter, (n - 1) * bytes_of(output));
+  // All-to-all: chunk j of my input goes to rank j; I receive every rank's chunk `rank()`.
+  at::Tensor received = at::empty({n, output.numel()}, input.options());
+  at::Tensor send = flat_bytes(input);
+  at::Tensor recv = flat_bytes(received);
+  std::vector<int64_t> even;
+  auto finish = [received, output, op] { reduce_rows_in_rank_order(received, op, output); };
+  if (output.numel() == 0) return CommHandle();
+  auto work = impl_->group->alltoall_base(recv, send, even, even);
+  return make_handle(std::move(work), finish, what, impl_->options);
+}
+
+CommHandle Communicator::all_reduce(const at::Tensor& tensor, ReduceOp op) {
+  const std::string what = describe(*this, "all_reduce");
+  check_transportable(tensor, what, "input");
+  check_reducible(tensor.scalar_type(), op, what);
+  const int n = size();
+  const int64_t shard = (tensor.numel() + n - 1) / n;
+  record(*impl_, CollectiveKind::kAllReduce, 2 * (n - 1) * shard * static_cast<int64_t>(tensor.element_size()));
+  if (tensor.numel() == 0) return CommHandle();
+
+  if (gloo_reduces_natively(tensor.scalar_type())) {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = to_c10d(op);
+    auto work = impl_->group->allreduce(tensors, opts);
+    std::function<void()> finish;
+    if (op == ReduceOp::kAvg) finish = [tensor, n] { tensor.div_(static_cast<double>(n)); };
+    return make_handle(std::move(work), finish, what, impl_->options);
+  }
+
+  // bf16 / fp16 / bool / int16: reduce-scatter as bytes, reduce locally in the accumulation
+  // dtype in rank order, cast once, all-gather the reduced shards as bytes. Ring bytes.
+  at::Tensor padded = tensor.view({-1});
+  if (shard * n != tensor.numel()) {
+    padded = at::zeros({shard * n}, tensor.options());
+    padded.narrow(0, 0, tensor.numel()).copy_(tensor.view({-1}));
+  }
+  at::Tensor received = at::empty({n, shard}, tensor.options());
+  at::Tensor send = flat_bytes(padded), recv = flat_bytes(received);
+  std::vector<int64_t> even;
+  auto work = impl_->group->alltoall_base(recv, send, even, even);
+  auto group = impl_->group;
+  const int me = rank();
+  const auto timeout = impl_->options.timeout;
+  auto finish = [=]() {
+    at::Tensor mine = padded.narrow(0, me * shard, shard);
+    reduce_rows_in_rank_order(received, op, mine);
+    std::vector<at::Tensor> inputs{flat_bytes(mine.clone())};
+    std::vector<std::vector<at::Tensor>> outputs{flat_bytes(padded).chunk(n)};
+    wait_work(group->allgather(outputs, inputs), timeout, what + " (all-gather phase)");
+    if (padded.data_ptr() != tensor.data_ptr()) tensor.view({-1}).copy_(padded.narrow(0, 0, tensor.numel()));
+  };
+  return make_handle(std::move(work), finish, what, impl_->options);
+}
+
+CommHandle Communicator::broadcast(const at::Tensor& tensor, int root) {
+  const std::string what = describe(*this, "broadcast");
+  check_transportable(tensor, what, "input");
+  check_peer(root, size(), what, "root");
+  record(*impl_, CollectiveKind::kBroadcast, rank() == root ? (size() - 1) * bytes_of(tensor) : 0);
+  if (tensor.numel() == 0) return CommHandle();
+  std::vector<at::Tensor> tensors{flat_bytes(tensor)};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  auto work = impl_->group->broadcast(tensors, opts);
+  return make_handle(std::move(work), nullptr, what, impl_->options);
+}
+
+CommHandle Communicator::all_to_all(const at::Tensor& output, const at::Tensor& input,
+                                    const std::vector<int64_t>& output_splits,
+                                    const std::vector<int64_t>& input_splits) {
+  const std::string what = describe(*this, "all_to_all");
+  check_transportable(input, what, "input");
+  check_transportable(output, what, "output");
+  check_same_dtype(output, input, what);
+  const int n = size();
+  const int64_t in_rows = input.dim() == 0 ? 1 : input.size(0);
+  const int64_t out_rows = output.dim() == 0 ? 1 : output.size(0);
+  const int64_t row_elems_in = in_rows ? input.numel() / in_rows : 0;
+  const int64_t row_elems_out = out_rows ? output.numel() / out_rows : 0;
+  if (in_rows && out_rows && row_elems_in != row_elems_out) {
+    throw UserError(what + ": input rows hold " + std::to_string(row_elems_in) + " elements but output rows hold " +
+                    std::to_string(row_elems_out) + "; dims after the first must match");
+  }
+  auto check_splits = [&](const std::vector<int64_t>& splits, int64_t rows, const char* role) {
+    if (splits.empty()) {
+      if (rows % n != 0) {
+        throw UserError(what + ": " + role + " has " + std::to_string(rows) + " rows, not divisible by " +
+                        std::to_string(n) + " ranks; pass " + role + "_splits");
+      }
+      return std::vector<int64_t>(n, rows / n);
+    }
+    if (static_cast<int>(splits.size()) != n) {
+      throw UserError(what + ": " + role + "_splits has " + std::to_string(splits.size()) + " entries, expected " +
+                      std::to_string(n));
+    }
+    int64_t sum = 0;
+    for (int64_t s : splits) {
+      if (s < 0) throw UserError(what + ": " + role + "_splits has a negative entry");
+      sum += s;
+    }
+    if (sum != rows) {
+      throw UserError(what + ": " + role + "_splits sum to " + std::to_string(sum) + " but the " + role + " has " +
+                      std::to_string(rows) + " rows");
+    }
+    return splits;
+  };
+  std::vector<int64_t> in_splits = check_splits(input_splits, in_rows, "input");
+  std::vector<int64_t> out_splits = check_splits(output_splits, out_rows, "output");
+  const int64_t row_bytes = row_elems_in * static_cast<int64_t>(input.element_size());
+  int64_t sent = 0;
+  for (int j = 0; j < n; ++j) {
+    if (j != rank()) sent += in_splits[j] * row_bytes;
+  }
+  record(*impl_, CollectiveKind::kAllToAll, sent);
+  if (row_bytes == 0) return CommHandle();
+  at::Tensor send = flat_bytes(input).view({in_rows, row_bytes});
+  at::Tensor recv = flat_bytes(output).view({out_rows, row_bytes});
+  auto work = impl_->group->alltoall_base(recv, send, out_splits, in_splits);
+  return make_handle(std::move(work), nullptr, what, impl_->options);
+}
+
+CommHandle Communicator::send(const at::Tensor& tensor, int dst, int tag) {
+  const std::string what = describe(*this, "send");
+  check_transportable(tensor, what, "input");
+  check_peer(dst, size(), what, "destination");
+  record(*impl_, CollectiveKind::kSend, bytes_of(tensor));
+  std::vector<at::Tensor> tensors{flat_bytes(tensor)};
+  auto work = impl_->group->send(tensors, dst, tag);
+  return make_handle(std::move(work), nullptr, what, impl_->options);
+}
+
+CommHandle Communicator::recv(const at::Tensor& tensor, int src, int tag) {
+  const std::string what = describe(*this, "recv");
+  check_transportable(tensor, what, "output");
+  check_peer(src, size(), what, "source");
+  record(*impl_, CollectiveKind::kRecv, bytes_of(tensor));
+  std::vector<at::Tensor> tensors{flat_bytes(tensor)};
+  auto work = impl_->group->recv(tensors, src, tag);
+  return make_handle(std::move(work), nullptr, what, impl_->options);
+}
+
+CommHandle Communicator::barrier() {
+  const std::string what = describe(*this, "barrier");
+  record(*impl_, CollectiveKind::kBarrier, 0);
+  auto work = impl_->group->barrier();
+  return make_handle(std::move(work), nullptr, what, impl_->options);
+}
+
+}  // namespace hyperparallel::comm

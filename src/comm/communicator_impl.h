@@ -1,0 +1,48 @@
+// Communicator::Impl and PendingWork implementations: the only place that holds c10d types.
+// Version-specific c10d calls stay in src/comm/ so the rest of the library builds against
+// other LibTorch versions by changing this directory alone.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <functional>
+#include <mutex>
+
+#include "hyperparallel/comm/communicator.h"
+
+namespace hyperparallel::comm {
+
+class GroupRegistry;
+
+struct Communicator::Impl {
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  std::shared_ptr<GroupRegistry> registry;
+  std::vector<int> global_ranks;
+  int rank = 0;
+  std::string name;
+  CommOptions options;
+  mutable std::mutex counters_mutex;
+  CommCounters counters;
+};
+
+// Waits for one c10d Work, then runs `finish` (local steps of a composite collective).
+// Failures become CommError naming the collective and the group.
+class WirePendingWork : public PendingWork {
+ public:
+  WirePendingWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish,
+                  std::string what, std::chrono::milliseconds default_timeout);
+  void wait(std::optional<std::chrono::milliseconds> timeout) override;
+  bool is_completed() override;
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::function<void()> finish_;
+  std::string what_;
+  std::chrono::milliseconds default_timeout_;
+};
+
+// Waits for a c10d Work in the calling thread with a readable error; for finishing steps.
+void wait_work(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::milliseconds timeout,
+               const std::string& what);
+
+}  // namespace hyperparallel::comm

@@ -1,0 +1,51 @@
+// GroupRegistry: makes c10d groups for sets of world ranks and caches them.
+//
+// One registry per world (made by init_process_group), shared by every Communicator of that
+// world. A group's store keys live under "hp/group/<ranks>/<generation>": only the members
+// rendezvous, and a group created again after the last holder dropped it gets a fresh
+// generation so it never reads the previous group's keys. Members must create groups in the
+// same order (as with c10d's new_group), which SPMD programs do.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "hyperparallel/comm/communicator.h"
+
+namespace hyperparallel::comm {
+
+class GroupRegistry : public std::enable_shared_from_this<GroupRegistry> {
+ public:
+  GroupRegistry(c10::intrusive_ptr<c10d::Store> store,
+                std::shared_ptr<::gloo::transport::Device> device, int world_rank, int world_size,
+                CommOptions options);
+
+  // The Communicator for `global_ranks` (in that order), created on first use.
+  std::shared_ptr<Communicator> get_or_create(const std::vector<int>& global_ranks,
+                                              const std::string& name);
+
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+
+ private:
+  struct Entry {
+    std::weak_ptr<Communicator> comm;
+    int generation = 0;
+  };
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::shared_ptr<::gloo::transport::Device> device_;
+  int world_rank_;
+  int world_size_;
+  CommOptions options_;
+  std::mutex mutex_;
+  std::map<std::vector<int>, Entry> groups_;
+};
+
+}  // namespace hyperparallel::comm

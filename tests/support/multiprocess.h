@@ -1,0 +1,44 @@
+// run_on_ranks: runs a test body on N real processes that talk over real sockets.
+//
+// The test binary re-executes itself once per rank through the launcher
+// (src/launch/process_launcher.cpp) with --gtest_filter set to the current test, and the
+// ranks rendezvous from torchrun-style variables like any job. In a rank, the k-th
+// run_on_ranks call of the test runs its body and then the process exits with the test's
+// pass/fail status; every other call is skipped. In the parent, run_on_ranks waits for the
+// ranks and fails the test naming each rank that failed (their output carries "[rank k]").
+// Failures inside the body use the ordinary EXPECT/ASSERT macros.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hyperparallel/comm/communicator.h"
+
+namespace hyperparallel::testing {
+
+struct RankContext {
+  std::shared_ptr<comm::Communicator> world;
+  int rank = 0;
+  int world_size = 1;
+};
+
+struct MultiProcessOptions {
+  std::chrono::seconds time_limit{120};
+  // How the ranks find each other: "torchrun" (default), "openmpi" or "slurm"; the ranks
+  // rewrite their environment into that launcher's variables before the rendezvous.
+  std::string rendezvous_style = "torchrun";
+  std::chrono::milliseconds collective_timeout{60000};
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+void run_on_ranks(int world_size, const std::function<void(RankContext&)>& body,
+                  const MultiProcessOptions& options = {});
+
+// True in a process started by run_on_ranks.
+bool is_rank_process();
+
+}  // namespace hyperparallel::testing

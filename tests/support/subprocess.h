@@ -1,0 +1,30 @@
+// Runs a command to completion (or until a limit) and captures its merged output, exit
+// code and duration; for tests of the command-line tool. Optionally sends a signal to it
+// after a delay.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hyperparallel::testing {
+
+struct SubprocessResult {
+  int exit_code = -1;  // 128 + signal when killed by a signal
+  std::string output;  // stdout and stderr, interleaved
+  double seconds = 0;
+};
+
+struct SubprocessOptions {
+  std::chrono::seconds limit{60};
+  std::optional<std::pair<std::chrono::milliseconds, int>> signal_after;  // (delay, signal)
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+SubprocessResult run_subprocess(const std::vector<std::string>& argv, const SubprocessOptions& options = {});
+
+// Processes whose command line contains `marker` (scans /proc).
+std::vector<int> processes_with(const std::string& marker);
+
+}  // namespace hyperparallel::testing

@@ -1,0 +1,106 @@
+// `hyperparallel run`: torchrun's environment, prefixed output, and the whole job ends
+// when one rank fails or the launcher is interrupted — with the rank named, within 15 s,
+// and no process left behind.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <regex>
+
+#include "support/subprocess.h"
+
+namespace hyperparallel {
+namespace {
+
+using testing::processes_with;
+using testing::run_subprocess;
+
+// A sleep whose argument is unique to this test process, to find leftovers in /proc.
+std::string marker() { return "300." + std::to_string(getpid()); }
+
+std::vector<std::string> run_cli(int nproc, const std::string& script) {
+  return {HP_CLI_PATH, "run", "--nproc-per-node", std::to_string(nproc), "--", "sh", "-c", script};
+}
+
+TEST(Launcher, RanksGetTorchrunEnvironmentAndPrefixedOutput) {
+  const auto r = run_subprocess(
+      run_cli(2, "echo r=$RANK w=$WORLD_SIZE l=$LOCAL_RANK lw=$LOCAL_WORLD_SIZE a=$MASTER_ADDR p=$MASTER_PORT; echo err >&2"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(\[rank 0\] r=0 w=2 l=0 lw=2 a=127\.0\.0\.1 p=[0-9]+)")))
+      << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(\[rank 1\] r=1 w=2 l=1 lw=2 a=127\.0\.0\.1 p=[0-9]+)")))
+      << r.output;
+  EXPECT_NE(r.output.find("[rank 1] err"), std::string::npos) << r.output;
+}
+
+TEST(Launcher, ARankExitingNonZeroStopsTheJobNamingTheRank) {
+  const auto r = run_subprocess(
+      run_cli(3, "if [ \"$RANK\" = 1 ]; then sleep 0.5; exit 3; fi; exec sleep " + marker()));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_LT(r.seconds, 15.0);
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(rank 1 \(pid [0-9]+\) exited with code 3)"))) << r.output;
+  EXPECT_TRUE(processes_with(marker()).empty()) << "orphans left behind";
+}
+
+TEST(Launcher, ARankKilledBySigkillStopsTheJobNamingTheRank) {
+  const auto r = run_subprocess(
+      run_cli(3, "if [ \"$RANK\" = 2 ]; then sleep 0.5; kill -9 $$; fi; exec sleep " + marker()));
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.output;
+  EXPECT_LT(r.seconds, 15.0);
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(rank 2 \(pid [0-9]+\) was killed by signal 9 \(SIGKILL\))")))
+      << r.output;
+  EXPECT_TRUE(processes_with(marker()).empty()) << "orphans left behind";
+}
+
+TEST(Launcher, ARankIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  // Rank 0 fails; rank 1 ignores SIGTERM, so only the SIGKILL 10 s later ends it.
+  const auto r = run_subprocess(
+      run_cli(2, "if [ \"$RANK\" = 0 ]; then sleep 0.5; exit 5; fi; trap '' TERM; exec sleep " + marker()));
+  EXPECT_EQ(r.exit_code, 5) << r.output;
+  EXPECT_GE(r.seconds, 9.0);
+  EXPECT_LT(r.seconds, 15.0);
+  EXPECT_TRUE(processes_with(marker()).empty()) << "orphans left behind";
+}
+
+TEST(Launcher, SigintToTheLauncherReachesEveryRank) {
+  testing::SubprocessOptions options;
+  options.signal_after = std::make_pair(std::chrono::milliseconds(1500), SIGINT);
+  const auto r = run_subprocess(run_cli(3, "exec sleep " + marker()), options);
+  EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.output;
+  EXPECT_LT(r.seconds, 15.0);
+  EXPECT_NE(r.output.find("received SIGINT; stopped all 3 local rank(s)"), std::string::npos) << r.output;
+  EXPECT_TRUE(processes_with(marker()).empty()) << "orphans left behind";
+}
+
+TEST(Launcher, ACommandThatCannotRunIsReported) {
+  const auto r = run_subprocess({HP_CLI_PATH, "run", "--nproc-per-node", "2", "--", "/nonexistent/program"});
+  EXPECT_EQ(r.exit_code, 127) << r.output;
+  EXPECT_NE(r.output.find("cannot execute the command: /nonexistent/program"), std::string::npos) << r.output;
+}
+
+TEST(Launcher, BadArgumentsExitWithCode2) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--nproc-per-node", "0", "--", "true"}, "--nproc-per-node '0' is not an integer >= 1"},
+      {{"--nproc-per-node", "two", "--", "true"}, "--nproc-per-node 'two' is not an integer >= 1"},
+      {{"--nnodes", "2", "--", "true"}, "--nnodes 2 needs --master-addr"},
+      {{"--nnodes", "2", "--master-addr", "10.0.0.1", "--", "true"}, "needs --master-port"},
+      {{"--nnodes", "2", "--node-rank", "2", "--master-addr", "h", "--master-port", "1", "--", "true"},
+       "--node-rank 2 must be in [0, 2)"},
+      {{"--nproc-per-node", "2"}, "no command to run; put it after '--'"},
+      {{"--bogus", "--", "true"}, "unknown option --bogus"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv = {HP_CLI_PATH, "run"};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    const auto r = run_subprocess(argv);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace hyperparallel

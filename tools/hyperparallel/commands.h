@@ -1,0 +1,23 @@
+// The subcommands of the hyperparallel tool. Each takes the arguments after its name and
+// returns the process exit code; UserError / std::invalid_argument escaping from one becomes
+// exit code 2 in main.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace hyperparallel::cli {
+
+using Args = std::vector<std::string>;
+
+int run_command(const Args& args);        // hyperparallel run --nproc-per-node N -- CMD ...
+int selfcheck_command(const Args& args);  // hyperparallel selfcheck [--nproc-per-node N]
+
+// Path of the running executable (for commands that start more of themselves).
+std::string self_executable();
+
+// "--name value" or "--name=value" at args[i]; advances i past the value.
+bool take_option(const Args& args, size_t& i, const std::string& name, std::string& value);
+int parse_int_option(const std::string& name, const std::string& value, int min_value);
+
+}  // namespace hyperparallel::cli

@@ -1,0 +1,59 @@
+// hyperparallel: command-line entry. Thin: parse the subcommand, call it, map errors to
+// exit codes (2 = user error, 1 = failure).
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
+
+#include "commands.h"
+#include "hyperparallel/comm/comm_handle.h"
+#include "hyperparallel/platform/blas_check.h"
+#include "hyperparallel/platform/user_error.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: hyperparallel <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P] -- CMD ...\n"
+    "        start N local ranks of CMD with torchrun's environment\n"
+    "  selfcheck [--nproc-per-node N] [--size-mib S]\n"
+    "        check every collective for exactness on N local ranks (default 4) and print bandwidth\n"
+    "  help  show this text\n";
+
+bool is_secondary_rank() {
+  const char* rank = std::getenv("RANK");
+  return rank && std::strcmp(rank, "0") != 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace hyperparallel;
+  if (argc < 2 || std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "--help") == 0 ||
+      std::strcmp(argv[1], "-h") == 0) {
+    std::cout << kUsage;
+    return argc < 2 ? kExitUserError : kExitOk;
+  }
+  const std::string command = argv[1];
+  cli::Args args(argv + 2, argv + argc);
+  try {
+    if (command != "run" && !is_secondary_rank()) std::cerr << platform::reference_blas_warning();
+    if (command == "run") return cli::run_command(args);
+    if (command == "selfcheck") return cli::selfcheck_command(args);
+    std::cerr << "hyperparallel: unknown command '" << command << "'\n\n" << kUsage;
+    return kExitUserError;
+  } catch (const UserError& e) {
+    std::cerr << "hyperparallel " << command << ": error: " << e.what() << "\n";
+    return kExitUserError;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "hyperparallel " << command << ": error: " << e.what() << "\n";
+    return kExitUserError;
+  } catch (const std::exception& e) {
+    std::cerr << "hyperparallel " << command << ": failed: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
