@@ -60,7 +60,11 @@ void check_transportable(const at::Tensor& t, const std::string& what, const std
 void reduce_rows_in_rank_order(const at::Tensor& rows, ReduceOp op, const at::Tensor& out) {
   const int64_t n = rows.size(0);
   const at::ScalarType acc_type = accumulation_dtype(rows.scalar_type());
-  at::Tensor acc = rows[0].to(acc_type, /*non_blocking=*/false, /*copy=*/true);
+  // Accumulate in place in `out` when it has the accumulation dtype (no temporary: fresh
+  // memory is expensive here, see scratch_pool.h); half types go through an fp32 buffer.
+  const bool in_place = acc_type == out.scalar_type() && out.is_contiguous();
+  at::Tensor acc = in_place ? out.view({-1}) : at::empty({rows.size(1)}, rows.options().dtype(acc_type));
+  acc.copy_(rows[0]);
   for (int64_t i = 1; i < n; ++i) {
     at::Tensor row = rows[i];
     if (row.scalar_type() != acc_type) row = row.to(acc_type);
@@ -78,7 +82,7 @@ void reduce_rows_in_rank_order(const at::Tensor& rows, ReduceOp op, const at::Te
     }
   }
   if (op == ReduceOp::kAvg) acc.div_(static_cast<double>(n));
-  out.view({-1}).copy_(acc);
+  if (!in_place) out.view({-1}).copy_(acc);
 }
 
 }  // namespace hyperparallel::comm

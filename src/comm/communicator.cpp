@@ -4,7 +4,7 @@
 
 #include <ATen/ATen.h>
 
-#include <numeric>
+#include <algorithm>
 
 #include "byte_transport.h"
 #include "communicator_impl.h"
@@ -35,14 +35,20 @@ void wait_work(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::millisec
   }
 }
 
-WirePendingWork::WirePendingWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish,
-                                 std::string what, std::chrono::milliseconds default_timeout)
-    : work_(std::move(work)), finish_(std::move(finish)), what_(std::move(what)),
+WirePendingWork::WirePendingWork(std::vector<c10::intrusive_ptr<c10d::Work>> works,
+                                 std::function<void()> finish, std::string what,
+                                 std::chrono::milliseconds default_timeout)
+    : works_(std::move(works)), finish_(std::move(finish)), what_(std::move(what)),
       default_timeout_(default_timeout) {}
 
 void WirePendingWork::wait(std::optional<std::chrono::milliseconds> timeout) {
-  if (work_) wait_work(work_, timeout.value_or(default_timeout_), what_);
-  work_.reset();
+  const auto limit = timeout.value_or(default_timeout_);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (auto& work : works_) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    wait_work(work, std::max(left, std::chrono::milliseconds(1)), what_);
+  }
+  works_.clear();
   if (finish_) {
     auto finish = std::move(finish_);
     finish_ = nullptr;
@@ -50,7 +56,12 @@ void WirePendingWork::wait(std::optional<std::chrono::milliseconds> timeout) {
   }
 }
 
-bool WirePendingWork::is_completed() { return !work_ || work_->isCompleted(); }
+bool WirePendingWork::is_completed() {
+  for (auto& work : works_) {
+    if (!work->isCompleted()) return false;
+  }
+  return true;
+}
 
 // ---- Communicator ------------------------------------------------------------------------
 
@@ -106,10 +117,22 @@ void record(Communicator::Impl& impl, CollectiveKind kind, int64_t bytes) {
   impl.counters.record(kind, bytes);
 }
 
+CommHandle make_handle(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish,
+                       const std::string& what, const CommOptions& options) {
+  return CommHandle(std::make_unique<WirePendingWork>(std::move(works), std::move(finish), what,
+                                                      options.timeout));
+}
+
 CommHandle make_handle(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish,
                        const std::string& what, const CommOptions& options) {
-  return CommHandle(std::make_unique<WirePendingWork>(std::move(work), std::move(finish), what,
-                                                      options.timeout));
+  std::vector<c10::intrusive_ptr<c10d::Work>> works{std::move(work)};
+  return make_handle(std::move(works), std::move(finish), what, options);
+}
+
+void check_user_tag(int tag, const std::string& what) {
+  if (tag < 0 || tag >= Communicator::Impl::kInternalTagBase) {
+    throw UserError(what + ": tag " + std::to_string(tag) + " is outside [0, 2^30); larger tags are reserved");
+  }
 }
 
 void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const std::string& what) {
@@ -139,11 +162,25 @@ CommHandle Communicator::all_gather(const at::Tensor& output, const at::Tensor& 
                     std::to_string(n) + " x " + std::to_string(input.numel()) + " input elements");
   }
   record(*impl_, CollectiveKind::kAllGather, (n - 1) * bytes_of(input));
-  std::vector<at::Tensor> inputs{flat_bytes(input)};
-  std::vector<std::vector<at::Tensor>> outputs{flat_bytes(output).chunk(n)};
   if (input.numel() == 0) return CommHandle();
-  auto work = impl_->group->allgather(outputs, inputs);
-  return make_handle(std::move(work), nullptr, what, impl_->options);
+  // Every rank sends its shard to every other rank and receives straight into its slot of
+  // the output: the ring's (n-1) shards on the wire, no staging buffer, no copy-out (Gloo's
+  // own allgather stages through a fresh buffer of the whole output; docs/comm.md).
+  const int64_t shard_bytes = bytes_of(input);
+  at::Tensor in_bytes = flat_bytes(input), out_bytes = flat_bytes(output);
+  const int me = rank();
+  const int tag = Impl::kInternalTagBase + static_cast<int>(impl_->internal_p2p_seq++ % (1u << 29));
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (int k = 1; k < n; ++k) {
+    const int dst = (me + k) % n, src = (me - k + n) % n;
+    std::vector<at::Tensor> send{in_bytes};
+    std::vector<at::Tensor> recv{out_bytes.narrow(0, src * shard_bytes, shard_bytes)};
+    works.push_back(impl_->group->recv(recv, src, tag));
+    works.push_back(impl_->group->send(send, dst, tag));
+  }
+  at::Tensor my_slot = out_bytes.narrow(0, me * shard_bytes, shard_bytes);
+  if (my_slot.data_ptr() != in_bytes.data_ptr()) my_slot.copy_(in_bytes);
+  return make_handle(std::move(works), nullptr, what, impl_->options);
 }
 
 CommHandle Communicator::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {
@@ -158,13 +195,17 @@ CommHandle Communicator::reduce_scatter(const at::Tensor& output, const at::Tens
                     std::to_string(n) + " x " + std::to_string(output.numel()) + " output elements");
   }
   record(*impl_, CollectiveKind::kReduceScatter, (n - 1) * bytes_of(output));
-  // All-to-all: chunk j of my input goes to rank j; I receive every rank's chunk `rank()`.
-  at::Tensor received = at::empty({n, output.numel()}, input.options());
-  at::Tensor send = flat_bytes(input);
-  at::Tensor recv = flat_bytes(received);
-  std::vector<int64_t> even;
-  auto finish = [received, output, op] { reduce_rows_in_rank_order(received, op, output); };
   if (output.numel() == 0) return CommHandle();
+  // All-to-all: chunk j of my input goes to rank j; I receive every rank's chunk `rank()`
+  // into a warm scratch buffer, then reduce the rows in rank order into `output`.
+  at::Tensor recv = impl_->scratch->acquire(bytes_of(input));
+  at::Tensor received = recv.view(input.scalar_type()).view({n, output.numel()});
+  at::Tensor send = flat_bytes(input);
+  std::vector<int64_t> even;
+  auto finish = [pool = impl_->scratch, recv, received, output, op] {
+    reduce_rows_in_rank_order(received, op, output);
+    pool->release(recv);
+  };
   auto work = impl_->group->alltoall_base(recv, send, even, even);
   return make_handle(std::move(work), finish, what, impl_->options);
 }
@@ -283,6 +324,7 @@ CommHandle Communicator::all_to_all(const at::Tensor& output, const at::Tensor& 
 CommHandle Communicator::send(const at::Tensor& tensor, int dst, int tag) {
   const std::string what = describe(*this, "send");
   check_transportable(tensor, what, "input");
+  check_user_tag(tag, what);
   check_peer(dst, size(), what, "destination");
   record(*impl_, CollectiveKind::kSend, bytes_of(tensor));
   std::vector<at::Tensor> tensors{flat_bytes(tensor)};
@@ -293,6 +335,7 @@ CommHandle Communicator::send(const at::Tensor& tensor, int dst, int tag) {
 CommHandle Communicator::recv(const at::Tensor& tensor, int src, int tag) {
   const std::string what = describe(*this, "recv");
   check_transportable(tensor, what, "output");
+  check_user_tag(tag, what);
   check_peer(src, size(), what, "source");
   record(*impl_, CollectiveKind::kRecv, bytes_of(tensor));
   std::vector<at::Tensor> tensors{flat_bytes(tensor)};

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "hyperparallel/comm/communicator.h"
+#include "scratch_pool.h"
 
 namespace hyperparallel::comm {
 
@@ -23,19 +24,25 @@ struct Communicator::Impl {
   CommOptions options;
   mutable std::mutex counters_mutex;
   CommCounters counters;
+  std::shared_ptr<ScratchPool> scratch = std::make_shared<ScratchPool>();
+  // Tags of the point-to-point exchanges that all_gather is made of; user send/recv tags
+  // stay below kInternalTagBase. Advances identically on every rank (SPMD order).
+  static constexpr int kInternalTagBase = 1 << 30;
+  uint32_t internal_p2p_seq = 0;
 };
 
-// Waits for one c10d Work, then runs `finish` (local steps of a composite collective).
-// Failures become CommError naming the collective and the group.
+// Waits for c10d Works (one collective, or the sends and receives of a point-to-point
+// exchange), then runs `finish` (local steps of a composite collective). Failures become
+// CommError naming the collective and the group.
 class WirePendingWork : public PendingWork {
  public:
-  WirePendingWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish,
+  WirePendingWork(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish,
                   std::string what, std::chrono::milliseconds default_timeout);
   void wait(std::optional<std::chrono::milliseconds> timeout) override;
   bool is_completed() override;
 
  private:
-  c10::intrusive_ptr<c10d::Work> work_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   std::function<void()> finish_;
   std::string what_;
   std::chrono::milliseconds default_timeout_;

@@ -1,0 +1,33 @@
+#include "scratch_pool.h"
+
+#include <ATen/ATen.h>
+
+namespace hyperparallel::comm {
+
+at::Tensor ScratchPool::acquire(int64_t nbytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(nbytes);
+    if (it != free_.end() && !it->second.empty()) {
+      at::Tensor t = std::move(it->second.back());
+      it->second.pop_back();
+      return t;
+    }
+  }
+  return at::empty({nbytes}, at::TensorOptions().dtype(at::kByte));
+}
+
+void ScratchPool::release(at::Tensor buffer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& list = free_[buffer.numel()];
+  if (list.size() < kKeepPerSize) list.push_back(std::move(buffer));
+}
+
+int64_t ScratchPool::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t total = 0;
+  for (const auto& [size, list] : free_) total += size * static_cast<int64_t>(list.size());
+  return total;
+}
+
+}  // namespace hyperparallel::comm
