@@ -13,12 +13,13 @@ namespace hyperparallel::comm {
 
 GroupRegistry::GroupRegistry(c10::intrusive_ptr<c10d::Store> store,
                              std::shared_ptr<::gloo::transport::Device> device, int world_rank,
-                             int world_size, CommOptions options)
+                             int world_size, CommOptions options, std::shared_ptr<void> keep_alive)
     : store_(std::move(store)),
       device_(std::move(device)),
       world_rank_(world_rank),
       world_size_(world_size),
-      options_(options) {}
+      options_(options),
+      keep_alive_(std::move(keep_alive)) {}
 
 std::shared_ptr<Communicator> GroupRegistry::get_or_create(const std::vector<int>& global_ranks,
                                                            const std::string& name) {

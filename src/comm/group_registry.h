@@ -24,7 +24,7 @@ class GroupRegistry : public std::enable_shared_from_this<GroupRegistry> {
  public:
   GroupRegistry(c10::intrusive_ptr<c10d::Store> store,
                 std::shared_ptr<::gloo::transport::Device> device, int world_rank, int world_size,
-                CommOptions options);
+                CommOptions options, std::shared_ptr<void> keep_alive = nullptr);
 
   // The Communicator for `global_ranks` (in that order), created on first use.
   std::shared_ptr<Communicator> get_or_create(const std::vector<int>& global_ranks,
@@ -44,6 +44,7 @@ class GroupRegistry : public std::enable_shared_from_this<GroupRegistry> {
   int world_rank_;
   int world_size_;
   CommOptions options_;
+  std::shared_ptr<void> keep_alive_;  // rank 0's store server lives as long as the world
   std::mutex mutex_;
   std::map<std::vector<int>, Entry> groups_;
 };

@@ -7,13 +7,13 @@
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
 #include "group_registry.h"
+#include "socket_store.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel::comm {
@@ -103,27 +103,31 @@ std::shared_ptr<::gloo::transport::Device> make_device(const RendezvousInfo& inf
   return c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(info.master_addr, info.master_port));
 }
 
-c10::intrusive_ptr<c10d::Store> make_store(const RendezvousInfo& info, const CommOptions& options) {
-  if (info.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<std::uint16_t>(info.master_port);
-  opts.isServer = info.rank == 0;
-  opts.numWorkers = info.world_size;
-  opts.waitWorkers = false;
-  opts.timeout = options.rendezvous_timeout;
+struct Store {
+  c10::intrusive_ptr<c10d::Store> client;
+  std::shared_ptr<StoreServer> server;  // rank 0 only
+};
+
+Store make_store(const RendezvousInfo& info, const CommOptions& options) {
+  if (info.world_size == 1) return {c10::make_intrusive<c10d::HashStore>(), nullptr};
   const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
+  Store store;
+  if (info.rank == 0) {
+    // Bind exactly the master address: 127.0.0.1 for a local job, never every interface.
+    store.server = std::make_shared<StoreServer>(is_loopback(info.master_addr) ? "127.0.0.1" : info.master_addr,
+                                                 info.master_port);
+  }
   try {
-    return c10::make_intrusive<c10d::TCPStore>(info.master_addr, opts);
+    store.client = c10::make_intrusive<SocketStore>(info.master_addr, info.master_port, options.rendezvous_timeout);
+  } catch (const UserError&) {
+    throw;
   } catch (const std::exception& e) {
     const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(options.rendezvous_timeout).count();
-    if (info.rank == 0) {
-      throw UserError("rank 0 could not start the rendezvous store on " + where + ": " + e.what() +
-                      "; set MASTER_PORT to a free port");
-    }
     throw UserError("rank " + std::to_string(info.rank) + " could not reach the rendezvous store at " + where +
                     " within " + std::to_string(seconds) +
                     " s; check MASTER_ADDR/MASTER_PORT and that rank 0 is running (" + e.what() + ")");
   }
+  return store;
 }
 
 }  // namespace
@@ -181,8 +185,9 @@ std::shared_ptr<Communicator> init_process_group(const RendezvousInfo& info, con
   if (info.world_size < 1 || info.rank < 0 || info.rank >= info.world_size) {
     throw UserError("rank " + std::to_string(info.rank) + " is outside the world size " + std::to_string(info.world_size));
   }
-  auto store = make_store(info, options);
-  auto registry = std::make_shared<GroupRegistry>(store, make_device(info), info.rank, info.world_size, options);
+  Store store = make_store(info, options);
+  auto registry = std::make_shared<GroupRegistry>(store.client, make_device(info), info.rank, info.world_size,
+                                                  options, store.server);
   std::vector<int> all(info.world_size);
   for (int r = 0; r < info.world_size; ++r) all[r] = r;
   return registry->get_or_create(all, "world");
