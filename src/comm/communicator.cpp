@@ -152,35 +152,140 @@ void check_peer(int peer, int size, const std::string& what, const char* role) {
 }  // namespace
 
 CommHandle Communicator::all_gather(const at::Tensor& output, const at::Tensor& input) {
-  const std::string what = describe(*this, "all_gather");
-  check_transportable(input, what, "input");
-  check_transportable(output, what, "output");
-  check_same_dtype(output, input, what);
-  const int n = size();
-  if (output.numel() != input.numel() * n) {
-    throw UserError(what + ": output has " + std::to_string(output.numel()) + " elements, expected " +
-                    std::to_string(n) + " x " + std::to_string(input.numel()) + " input elements");
+  return all_gather_blocks(output, input, {input.defined() ? input.numel() : 0});
+}
+
+namespace {
+
+int64_t sum_of(const std::vector<int64_t>& v) {
+  int64_t total = 0;
+  for (int64_t x : v) total += x;
+  return total;
+}
+
+void check_blocks(const std::vector<int64_t>& blocks, const at::Tensor& shard, const at::Tensor& unsharded, int n,
+                  const std::string& what, const char* shard_role, const char* unsharded_role) {
+  for (int64_t b : blocks) {
+    if (b < 0) throw UserError(what + ": block sizes must be >= 0");
   }
-  record(*impl_, CollectiveKind::kAllGather, (n - 1) * bytes_of(input));
-  if (input.numel() == 0) return CommHandle();
-  // Every rank sends its shard to every other rank and receives straight into its slot of
-  // the output: the ring's (n-1) shards on the wire, no staging buffer, no copy-out (Gloo's
-  // own allgather stages through a fresh buffer of the whole output; docs/comm.md).
-  const int64_t shard_bytes = bytes_of(input);
-  at::Tensor in_bytes = flat_bytes(input), out_bytes = flat_bytes(output);
-  const int me = rank();
-  const int tag = Impl::kInternalTagBase + static_cast<int>(impl_->internal_p2p_seq++ % (1u << 29));
+  const int64_t total = sum_of(blocks);
+  if (shard.numel() != total) {
+    throw UserError(what + ": " + shard_role + " has " + std::to_string(shard.numel()) + " elements, expected " +
+                    std::to_string(total) + " (the sum of the block sizes)");
+  }
+  if (unsharded.numel() != total * n) {
+    throw UserError(what + ": " + unsharded_role + " has " + std::to_string(unsharded.numel()) +
+                    " elements, expected " + std::to_string(n) + " x " + std::to_string(total) + " input elements");
+  }
+}
+
+
+// Point-to-point tags for `count` blocks, the same sequence on every rank (SPMD order).
+uint32_t reserve_tags(Communicator::Impl& impl, int count) {
+  const uint32_t first = impl.internal_p2p_seq;
+  impl.internal_p2p_seq += static_cast<uint32_t>(count);
+  return first;
+}
+
+int internal_tag(uint32_t first, int k) {
+  return Communicator::Impl::kInternalTagBase + static_cast<int>((first + static_cast<uint32_t>(k)) % (1u << 29));
+}
+
+// The point-to-point exchange under all_gather_blocks (not counted: callers count).
+std::vector<c10::intrusive_ptr<c10d::Work>> gather_pieces(Communicator::Impl& impl, const at::Tensor& in_bytes,
+                                                          const at::Tensor& out_bytes,
+                                                          const std::vector<int64_t>& block_numels, int64_t esize) {
+  const int n = static_cast<int>(impl.global_ranks.size());
+  const int me = impl.rank;
+  const int k_blocks = static_cast<int>(block_numels.size());
+  const uint32_t first_tag = reserve_tags(impl, k_blocks);
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (int k = 1; k < n; ++k) {
-    const int dst = (me + k) % n, src = (me - k + n) % n;
-    std::vector<at::Tensor> send{in_bytes};
-    std::vector<at::Tensor> recv{out_bytes.narrow(0, src * shard_bytes, shard_bytes)};
-    works.push_back(impl_->group->recv(recv, src, tag));
-    works.push_back(impl_->group->send(send, dst, tag));
+  int64_t shard_offset = 0, out_offset = 0;  // in bytes
+  for (int k = 0; k < k_blocks; ++k) {
+    const int64_t piece = block_numels[k] * esize;
+    const int tag = internal_tag(first_tag, k);
+    at::Tensor mine = in_bytes.narrow(0, shard_offset, piece);
+    for (int j = 1; j < n && piece > 0; ++j) {
+      const int dst = (me + j) % n, src = (me - j + n) % n;
+      std::vector<at::Tensor> send{mine};
+      std::vector<at::Tensor> recv{out_bytes.narrow(0, out_offset + src * piece, piece)};
+      works.push_back(impl.group->recv(recv, src, tag));
+      works.push_back(impl.group->send(send, dst, tag));
+    }
+    at::Tensor my_slot = out_bytes.narrow(0, out_offset + me * piece, piece);
+    if (piece > 0 && my_slot.data_ptr() != mine.data_ptr()) my_slot.copy_(mine);
+    shard_offset += piece;
+    out_offset += n * piece;
   }
-  at::Tensor my_slot = out_bytes.narrow(0, me * shard_bytes, shard_bytes);
-  if (my_slot.data_ptr() != in_bytes.data_ptr()) my_slot.copy_(in_bytes);
+  return works;
+}
+
+}  // namespace
+
+CommHandle Communicator::all_gather_blocks(const at::Tensor& unsharded, const at::Tensor& shard,
+                                           const std::vector<int64_t>& block_numels) {
+  const std::string what = describe(*this, "all_gather");
+  check_transportable(shard, what, "input");
+  check_transportable(unsharded, what, "output");
+  check_same_dtype(unsharded, shard, what);
+  const int n = size();
+  check_blocks(block_numels, shard, unsharded, n, what, "input", "output");
+  const int64_t esize = static_cast<int64_t>(shard.element_size());
+  record(*impl_, CollectiveKind::kAllGather, (n - 1) * bytes_of(shard));
+  if (shard.numel() == 0) return CommHandle();
+  // Every rank sends its pieces to every other rank and receives each peer's pieces straight
+  // into their places in the output: the ring's (n-1) shards on the wire, no staging buffer
+  // and no copy-out (Gloo's own allgather stages through a fresh buffer; docs/comm.md).
+  auto works = gather_pieces(*impl_, flat_bytes(shard), flat_bytes(unsharded), block_numels, esize);
   return make_handle(std::move(works), nullptr, what, impl_->options);
+}
+
+CommHandle Communicator::reduce_scatter_blocks(const at::Tensor& shard, const at::Tensor& unsharded,
+                                               const std::vector<int64_t>& block_numels, ReduceOp op) {
+  if (block_numels.size() == 1) return reduce_scatter(shard, unsharded, op);  // already rank-major
+  const std::string what = describe(*this, "reduce_scatter");
+  check_transportable(unsharded, what, "input");
+  check_transportable(shard, what, "output");
+  check_same_dtype(shard, unsharded, what);
+  check_reducible(unsharded.scalar_type(), op, what);
+  const int n = size();
+  check_blocks(block_numels, shard, unsharded, n, what, "output", "input");
+  record(*impl_, CollectiveKind::kReduceScatter, (n - 1) * bytes_of(shard));
+  if (shard.numel() == 0) return CommHandle();
+  // Rank j's pieces are scattered over the blocks of my input: send them piece by piece; every
+  // peer's pieces for me land back to back in row `peer` of a warm scratch buffer, my own are
+  // copied into row `me`, and the rows are reduced in rank order (same bits on every rank).
+  const int64_t esize = static_cast<int64_t>(shard.element_size());
+  const int64_t shard_bytes = bytes_of(shard);
+  at::Tensor scratch = impl_->scratch->acquire(n * shard_bytes);
+  at::Tensor in_bytes = flat_bytes(unsharded);
+  const int me = rank();
+  const int k_blocks = static_cast<int>(block_numels.size());
+  const uint32_t first_tag = reserve_tags(*impl_, k_blocks);
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  int64_t shard_offset = 0, in_offset = 0;
+  for (int k = 0; k < k_blocks; ++k) {
+    const int64_t piece = block_numels[k] * esize;
+    const int tag = internal_tag(first_tag, k);
+    for (int j = 1; j < n && piece > 0; ++j) {
+      const int dst = (me + j) % n, src = (me - j + n) % n;
+      std::vector<at::Tensor> send{in_bytes.narrow(0, in_offset + dst * piece, piece)};
+      std::vector<at::Tensor> recv{scratch.narrow(0, src * shard_bytes + shard_offset, piece)};
+      works.push_back(impl_->group->recv(recv, src, tag));
+      works.push_back(impl_->group->send(send, dst, tag));
+    }
+    if (piece > 0) {
+      scratch.narrow(0, me * shard_bytes + shard_offset, piece).copy_(in_bytes.narrow(0, in_offset + me * piece, piece));
+    }
+    shard_offset += piece;
+    in_offset += n * piece;
+  }
+  at::Tensor rows = scratch.view(shard.scalar_type()).view({n, shard.numel()});
+  auto finish = [pool = impl_->scratch, scratch, rows, shard, op] {
+    reduce_rows_in_rank_order(rows, op, shard);
+    pool->release(scratch);
+  };
+  return make_handle(std::move(works), finish, what, impl_->options);
 }
 
 CommHandle Communicator::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {
@@ -236,19 +341,23 @@ CommHandle Communicator::all_reduce(const at::Tensor& tensor, ReduceOp op) {
     padded = at::zeros({shard * n}, tensor.options());
     padded.narrow(0, 0, tensor.numel()).copy_(tensor.view({-1}));
   }
-  at::Tensor received = at::empty({n, shard}, tensor.options());
-  at::Tensor send = flat_bytes(padded), recv = flat_bytes(received);
+  const int64_t shard_bytes = shard * static_cast<int64_t>(tensor.element_size());
+  at::Tensor recv = impl_->scratch->acquire(n * shard_bytes);
+  at::Tensor received = recv.view(tensor.scalar_type()).view({n, shard});
+  at::Tensor send = flat_bytes(padded);
   std::vector<int64_t> even;
   auto work = impl_->group->alltoall_base(recv, send, even, even);
-  auto group = impl_->group;
   const int me = rank();
-  const auto timeout = impl_->options.timeout;
-  auto finish = [=]() {
+  Impl* impl = impl_.get();  // a Communicator outlives the handles it returns
+  auto finish = [impl, what, recv, received, padded, tensor, shard, me, op]() {
     at::Tensor mine = padded.narrow(0, me * shard, shard);
     reduce_rows_in_rank_order(received, op, mine);
-    std::vector<at::Tensor> inputs{flat_bytes(mine.clone())};
-    std::vector<std::vector<at::Tensor>> outputs{flat_bytes(padded).chunk(n)};
-    wait_work(group->allgather(outputs, inputs), timeout, what + " (all-gather phase)");
+    impl->scratch->release(recv);
+    // The all-gather phase: my reduced slot is the input, in place.
+    const int64_t esize = static_cast<int64_t>(padded.element_size());
+    for (auto& w : gather_pieces(*impl, flat_bytes(mine), flat_bytes(padded), {shard}, esize)) {
+      wait_work(w, impl->options.timeout, what + " (all-gather phase)");
+    }
     if (padded.data_ptr() != tensor.data_ptr()) tensor.view({-1}).copy_(padded.narrow(0, 0, tensor.numel()));
   };
   return make_handle(std::move(work), finish, what, impl_->options);

@@ -220,6 +220,53 @@ TEST_P(CommCollectives, AllGatherOutputsCanBeViewsIntoOneBuffer) {
   });
 }
 
+// Blocked layout: block k of the unsharded buffer holds the N ranks' pieces of tensor k.
+TEST_P(CommCollectives, BlockedAllGatherAndReduceScatterAreExact) {
+  run_on_ranks(GetParam(), [](RankContext& ctx) {
+    auto& c = *ctx.world;
+    const int n = c.size(), me = c.rank();
+    const std::vector<int64_t> blocks = {5, 0, 3, 12};
+    const int64_t total = 20;
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+      // all-gather: rank r's shard is [piece of block 0 | piece of block 1 | ...].
+      at::Tensor shard = rank_data(13, me, {total}, dtype);
+      at::Tensor unsharded = at::zeros({n * total}, shard.options());
+      c.all_gather_blocks(unsharded, shard, blocks).wait();
+      std::vector<at::Tensor> want;
+      int64_t offset = 0;
+      for (int64_t b : blocks) {
+        for (int r = 0; r < n; ++r) want.push_back(rank_data(13, r, {total}, dtype).narrow(0, offset, b));
+        offset += b;
+      }
+      EXPECT_TRUE(at::equal(unsharded, at::cat(want))) << c10::toString(dtype);
+      // reduce-scatter: my piece of block k is at [off_k + me * b_k, +b_k) of every rank's input.
+      at::Tensor in = rank_data(14, me, {n * total}, dtype);
+      at::Tensor out = at::empty({total}, in.options());
+      c.reduce_scatter_blocks(out, in, blocks, ReduceOp::kAvg).wait();
+      std::vector<at::Tensor> rows;
+      for (int r = 0; r < n; ++r) {
+        at::Tensor theirs = rank_data(14, r, {n * total}, dtype);
+        std::vector<at::Tensor> pieces;
+        int64_t off = 0;
+        for (int64_t b : blocks) {
+          pieces.push_back(theirs.narrow(0, off + me * b, b));
+          off += n * b;
+        }
+        rows.push_back(at::cat(pieces));
+      }
+      EXPECT_TRUE(at::equal(out, reference_reduce(rows, ReduceOp::kAvg))) << c10::toString(dtype);
+    }
+    // Counters: one call each, ring bytes of the shard.
+    c.reset_counters();
+    c.all_gather_blocks(at::empty({n * total}), at::ones({total}), blocks).wait();
+    c.reduce_scatter_blocks(at::empty({total}), at::ones({n * total}), blocks).wait();
+    EXPECT_EQ(c.counters()[comm::CollectiveKind::kAllGather].calls, 1);
+    EXPECT_EQ(c.counters()[comm::CollectiveKind::kAllGather].bytes, (n - 1) * total * 4);
+    EXPECT_EQ(c.counters()[comm::CollectiveKind::kReduceScatter].calls, 1);
+    EXPECT_EQ(c.counters()[comm::CollectiveKind::kReduceScatter].bytes, (n - 1) * total * 4);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CommCollectives, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 

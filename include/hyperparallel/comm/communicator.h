@@ -63,6 +63,16 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   CommHandle reduce_scatter(const at::Tensor& output, const at::Tensor& input,
                             ReduceOp op = ReduceOp::kSum);
   CommHandle all_reduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+
+  // Blocked layout, for sharding several tensors in one collective: `unsharded` holds, for
+  // each block k in order, size() consecutive pieces of block_numels[k] elements (piece r
+  // belongs to rank r); `shard` holds this rank's pieces of every block back to back. So each
+  // tensor is contiguous in `unsharded` and views of it need no copy-out. One block is the
+  // plain all_gather / reduce_scatter. Bytes on the wire are those of a ring.
+  CommHandle all_gather_blocks(const at::Tensor& unsharded, const at::Tensor& shard,
+                               const std::vector<int64_t>& block_numels);
+  CommHandle reduce_scatter_blocks(const at::Tensor& shard, const at::Tensor& unsharded,
+                                   const std::vector<int64_t>& block_numels, ReduceOp op = ReduceOp::kSum);
   CommHandle broadcast(const at::Tensor& tensor, int root);
   // Splits are counts of dim-0 rows per rank; empty splits mean equal parts.
   CommHandle all_to_all(const at::Tensor& output, const at::Tensor& input,
