@@ -4,6 +4,6 @@ set -euo pipefail
 build=${1:-build}
 echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%d), $(nproc) cores"
 for n in 2 4; do
-  "$build/hyperparallel" run --no-prefix --nproc-per-node "$n" -- "$build/comm_bench" "${ROUNDS:-7}" | grep -v '^|---' | \
-    { if [ "$n" = 2 ]; then cat; else grep -v '^| ranks'; fi; }
+  "$build/hyperparallel" run --no-prefix --nproc-per-node "$n" -- "$build/comm_bench" "${ROUNDS:-7}" | \
+    { if [ "$n" = 2 ]; then cat; else grep -v '^| ranks\|^|---'; fi; }
 done
