@@ -96,53 +96,96 @@ Trajectory train_single_process(int steps) {
 
 struct FsdpRun {
   bool reshard_after_forward = true;
+  bool comm_fusion = true;
+  int prefetch_depth = 1;
+  bool hsdp = false;              // 2 x (world / 2): replicate x shard
+  int micro_batches = 1;          // gradient accumulation, sync off for all but the last
+  bool sum_with_scaling = false;  // reduce "sum" scaled by 1/dp: the same as "avg"
 };
 
 void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
   constexpr int kSteps = 20;
   const Trajectory reference = train_single_process(kSteps);
 
-  auto mesh = mesh::init_device_mesh(ctx.world, "cpu", {ctx.world_size}, {"dp_shard"});
+  const int64_t n = ctx.world_size;
+  auto mesh = run.hsdp ? mesh::init_device_mesh(ctx.world, "cpu", {2, n / 2}, {"dp_replicate", "dp_shard"})
+                       : mesh::init_device_mesh(ctx.world, "cpu", {n}, {"dp_shard"});
   auto shard_comm = mesh.comm("dp_shard");
+  auto replicate_comm = run.hsdp ? mesh.comm("dp_replicate") : nullptr;
+  const int64_t shards = shard_comm->size();
   auto model = make_model();
   fsdp::FullyShardOptions options;
   options.mesh = mesh;
   options.reshard_after_forward = run.reshard_after_forward;
+  options.comm_fusion = run.comm_fusion;
+  options.forward_prefetch_depth = options.backward_prefetch_depth = run.prefetch_depth;
   std::vector<fsdp::FSDPModule> units;
   for (auto& b : model->blocks) units.push_back(fsdp::fully_shard(*b, options));
   units.push_back(fsdp::fully_shard(*model, options));
+  fsdp::FSDPModule& root = units.back();
+  if (run.sum_with_scaling) {
+    root.set_reduce_op_type("sum");
+    root.set_gradient_scaling_factor(1.0 / static_cast<double>(n));
+  }
   auto opt = make_optimizer(*model);
 
-  const int64_t n = ctx.world_size, per_rank = kBatch / n;
+  const int64_t per_rank = kBatch / n, per_micro = per_rank / run.micro_batches;
   for (int s = 0; s < kSteps; ++s) {
     auto [tokens, targets] = global_batch(s);
     tokens = tokens.narrow(0, ctx.rank * per_rank, per_rank);
     targets = targets.narrow(0, ctx.rank * per_rank, per_rank);
     const auto before = shard_comm->counters();
-    at::Tensor loss = loss_of(*model, tokens, targets);
+    const auto replicate_before = replicate_comm ? replicate_comm->counters() : comm::CommCounters{};
+    root.reset_max_live_unsharded_units();
     opt.zero_grad();
-    loss.backward();
+    double local_loss = 0;
+    for (int m = 0; m < run.micro_batches; ++m) {
+      root.set_requires_gradient_sync(m == run.micro_batches - 1);
+      at::Tensor loss = loss_of(*model, tokens.narrow(0, m * per_micro, per_micro), targets.narrow(0, m * per_micro, per_micro));
+      (loss / run.micro_batches).backward();
+      local_loss += loss.item<double>() / run.micro_batches;
+      if (m == 0 && run.micro_batches > 1) {
+        // An unsynced backward moves no gradient.
+        EXPECT_EQ((shard_comm->counters() - before)[comm::CollectiveKind::kReduceScatter].calls, 0);
+      }
+    }
     opt.step();
     const auto step_comm = shard_comm->counters() - before;
-    at::Tensor global = loss.detach().clone();
+    at::Tensor global = at::full({1}, local_loss, at::kDouble);
     ctx.world->all_reduce(global, comm::ReduceOp::kAvg).wait();
     EXPECT_NEAR(global.item<double>(), reference.losses[s], 1e-5 * std::abs(reference.losses[s])) << "step " << s;
 
-    // Blocks: an all-gather in forward (and again in backward when resharded after
-    // forward) and one reduce-scatter; the root keeps its parameters through backward.
-    int64_t ag_calls = 0, ag_bytes = 0, rs_bytes = 0;
+    // Per micro-batch, blocks all-gather in forward (and again in backward when resharded
+    // after forward). One reduce-scatter per
+    // unit per step (only the synced backward); HSDP adds one all-reduce per unit.
+    int64_t ag_calls = 0, ag_bytes = 0, rs_calls = 0, rs_bytes = 0;
     for (auto& u : units) {
       const bool is_root = &u == &units.back();
-      const int64_t gathers = (run.reshard_after_forward && !is_root) ? 2 : 1;
-      ag_calls += gathers;
-      ag_bytes += gathers * (n - 1) * u.sharded_numel() * 4;
-      rs_bytes += (n - 1) * u.sharded_numel() * 4;
+      const int64_t per_unit_calls = run.comm_fusion ? 1 : static_cast<int64_t>(u.unit_param_count());
+      // The root keeps its parameters from its first forward to the synced backward.
+      const int64_t gathers = is_root ? 1 : (run.reshard_after_forward ? 2 : 1) * run.micro_batches;
+      ag_calls += gathers * per_unit_calls;
+      ag_bytes += gathers * (shards - 1) * u.sharded_numel() * 4;
+      rs_calls += per_unit_calls;
+      rs_bytes += (shards - 1) * u.sharded_numel() * 4;
     }
     EXPECT_EQ(step_comm[comm::CollectiveKind::kAllGather].calls, ag_calls) << "step " << s;
     EXPECT_EQ(step_comm[comm::CollectiveKind::kAllGather].bytes, ag_bytes);
-    EXPECT_EQ(step_comm[comm::CollectiveKind::kReduceScatter].calls, static_cast<int64_t>(units.size()));
+    EXPECT_EQ(step_comm[comm::CollectiveKind::kReduceScatter].calls, rs_calls);
     EXPECT_EQ(step_comm[comm::CollectiveKind::kReduceScatter].bytes, rs_bytes);
-    EXPECT_EQ(step_comm.total_calls(), ag_calls + static_cast<int64_t>(units.size()));
+    EXPECT_EQ(step_comm.total_calls(), ag_calls + rs_calls);
+    if (replicate_comm) {
+      const auto rep = replicate_comm->counters() - replicate_before;
+      EXPECT_EQ(rep[comm::CollectiveKind::kAllReduce].calls, static_cast<int64_t>(units.size()));
+      EXPECT_EQ(rep.total_calls(), static_cast<int64_t>(units.size()));
+    }
+    // Memory: the current unit, its prefetched units, and one more in backward (the root
+    // keeps its own and is not counted).
+    if (s > 0) {
+      EXPECT_LE(root.max_live_unsharded_units(), 2 + run.prefetch_depth) << "step " << s;
+      // ...and prefetching really happens: the current unit plus `depth` ahead.
+      EXPECT_GE(root.max_live_unsharded_units(), std::min<int>(1 + run.prefetch_depth, kLayers)) << "step " << s;
+    }
     for (auto& u : units) EXPECT_EQ(u.state(), fsdp::UnitState::kSharded);
   }
 
@@ -158,15 +201,49 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
 class FsdpParity : public ::testing::TestWithParam<int> {};
 
 TEST_P(FsdpParity, MatchesOneProcessResharded) {
-  testing::run_on_ranks(GetParam(), [](testing::RankContext& ctx) { expect_parity(ctx, {true}); });
+  testing::run_on_ranks(GetParam(), [](testing::RankContext& ctx) { expect_parity(ctx, {}); });
 }
 
 TEST_P(FsdpParity, MatchesOneProcessKeptAfterForward) {
-  testing::run_on_ranks(GetParam(), [](testing::RankContext& ctx) { expect_parity(ctx, {false}); });
+  FsdpRun run;
+  run.reshard_after_forward = false;
+  testing::run_on_ranks(GetParam(), [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
+}
+
+TEST_P(FsdpParity, MatchesOneProcessUnfused) {
+  FsdpRun run;
+  run.comm_fusion = false;
+  testing::run_on_ranks(GetParam(), [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, FsdpParity, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
+
+TEST(FsdpFeatures, PrefetchDepth0And2) {
+  for (int depth : {0, 2}) {
+    FsdpRun run;
+    run.prefetch_depth = depth;
+    testing::run_on_ranks(4, [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
+  }
+}
+
+TEST(FsdpFeatures, HsdpTwoByTwo) {
+  FsdpRun run;
+  run.hsdp = true;
+  testing::run_on_ranks(4, [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
+}
+
+TEST(FsdpFeatures, GradientAccumulationOverFourMicroBatches) {
+  FsdpRun run;
+  run.micro_batches = 4;  // 12 sequences / 3 ranks = 4 per rank, one per micro-batch
+  testing::run_on_ranks(3, [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
+}
+
+TEST(FsdpFeatures, SumWithScalingFactorEqualsAvg) {
+  FsdpRun run;
+  run.sum_with_scaling = true;
+  testing::run_on_ranks(2, [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
+}
 
 TEST(FsdpShards, ParametersHoldCeilRowsAndOptimizerSeesShards) {
   testing::run_on_ranks(3, [](testing::RankContext& ctx) {

@@ -12,7 +12,8 @@
 //    them into the flat sharded-gradient buffer that the parameters' .grad alias.
 // Each unit is a state machine (docs/fsdp.md "States"): SHARDED -> UNSHARDED -> SHARDED.
 // A module takes part through hyperparallel::fsdp::hooked_forward (module_hooks.h).
-// Not yet: HSDP (2-D meshes), mixed precision, offload, prefetch, reshard to a smaller group.
+// Not yet: mixed precision, offload, reshard to a smaller group, shard_placement_fn,
+// ignored / replicated parameters, state dicts beyond full_parameters().
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hyperparallel/comm/comm_counters.h"
 #include "hyperparallel/mesh/device_mesh.h"
@@ -32,10 +34,19 @@ class Module;
 namespace hyperparallel::fsdp {
 
 struct FullyShardOptions {
-  // The ranks to shard over: a 1-D mesh. Required (there is no global default group).
+  // The ranks to shard over. Required (there is no global default group). 1-D: FSDP over
+  // its ranks. 2-D (replicate, shard): HSDP — shard over the second axis, replicate over the
+  // first; gradients are reduce-scattered within a shard group, then all-reduced across
+  // replicas.
   std::optional<mesh::DeviceMesh> mesh;
   // Free the full parameters after forward (all-gather again in backward) or keep them.
   bool reshard_after_forward = true;
+  // One collective per unit (true) or one per parameter (false: the slow path, for comparison).
+  bool comm_fusion = true;
+  // How many units ahead (in the recorded forward order) to all-gather while one computes;
+  // in backward the same in reverse order. 0 turns prefetching off.
+  int forward_prefetch_depth = 1;
+  int backward_prefetch_depth = 1;
 };
 
 enum class UnitState { kSharded, kUnsharded };
@@ -50,8 +61,28 @@ class FSDPModule {
   UnitState state() const;
   void unshard();  // all-gather now (blocking)
   void reshard();  // free the full parameters
+
+  // Runtime settings; each applies to this unit and every unit below it.
+  // Off: backward accumulates full gradients locally, with no communication; the next
+  // backward with sync on reduces the sum.
+  void set_requires_gradient_sync(bool sync);
+  // Multiply reduced gradients by `factor` (after the avg or sum); nullopt: no scaling.
+  void set_gradient_scaling_factor(std::optional<double> factor);
+  void set_reduce_op_type(const std::string& op);  // "avg" (default) or "sum"
+  void set_reshard_after_forward(bool reshard);
+  // Off: keep full parameters after a backward without gradient sync (skips the next
+  // forward's all-gather during accumulation). A synced backward always reshards, since the
+  // optimizer steps on shards.
+  void set_reshard_after_backward(bool reshard);
+  // Explicit prefetch targets, replacing the depth-based choice for this unit.
+  void set_modules_to_forward_prefetch(const std::vector<FSDPModule>& modules);
+  void set_modules_to_backward_prefetch(const std::vector<FSDPModule>& modules);
+  // Most units holding full parameters at once since the last reset (the root excluded).
+  int max_live_unsharded_units() const;
+  void reset_max_live_unsharded_units();
   int64_t sharded_numel() const;    // elements of the local flat shard (with padding)
   int64_t unsharded_numel() const;  // elements of the all-gather buffer (with padding)
+  size_t unit_param_count() const;  // parameters this unit manages
   const std::shared_ptr<FSDPUnit>& unit() const { return unit_; }
 
  private:

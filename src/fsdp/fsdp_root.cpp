@@ -1,0 +1,67 @@
+#include "fsdp_root.h"
+
+#include <torch/csrc/autograd/engine.h>
+
+#include <algorithm>
+
+#include "fsdp_unit.h"
+
+namespace hyperparallel::fsdp {
+
+int FSDPRoot::position(FSDPUnit* unit) const {
+  auto it = std::find(forward_order_.begin(), forward_order_.end(), unit);
+  return it == forward_order_.end() ? -1 : static_cast<int>(it - forward_order_.begin());
+}
+
+void FSDPRoot::on_pre_forward(FSDPUnit* unit) {
+  if (unit->is_root()) return;
+  if (!order_final_) {
+    if (position(unit) < 0) forward_order_.push_back(unit);
+    return;  // no prefetch before the order is known
+  }
+  const auto& explicit_list = unit->settings().forward_prefetch;
+  if (explicit_list) {
+    for (FSDPUnit* next : *explicit_list) next->unshard_async();
+    return;
+  }
+  const int at = position(unit);
+  for (int d = 1; at >= 0 && d <= unit->settings().forward_prefetch_depth; ++d) {
+    if (at + d < static_cast<int>(forward_order_.size())) forward_order_[at + d]->unshard_async();
+  }
+}
+
+void FSDPRoot::on_pre_backward(FSDPUnit* unit) {
+  if (!callback_queued_) {
+    callback_queued_ = true;
+    order_final_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+  }
+  if (unit->is_root()) return;
+  const auto& explicit_list = unit->settings().backward_prefetch;
+  if (explicit_list) {
+    for (FSDPUnit* prev : *explicit_list) prev->unshard_async();
+    return;
+  }
+  const int at = position(unit);
+  for (int d = 1; at >= 0 && d <= unit->settings().backward_prefetch_depth; ++d) {
+    if (at - d >= 0) forward_order_[at - d]->unshard_async();
+  }
+}
+
+void FSDPRoot::finish_backward() {
+  callback_queued_ = false;
+  for (FSDPUnit* unit : units_) unit->finish_reduce_scatter();
+  for (FSDPUnit* unit : units_) unit->finish_backward();
+}
+
+void FSDPRoot::unsharded_acquired(FSDPUnit* unit) {
+  if (unit->is_root()) return;
+  max_live_ = std::max(max_live_, ++live_);
+}
+
+void FSDPRoot::unsharded_released(FSDPUnit* unit) {
+  if (unit->is_root()) return;
+  --live_;
+}
+
+}  // namespace hyperparallel::fsdp

@@ -1,0 +1,46 @@
+// FSDPRoot: what the units of one model share — created by the first unit to run forward
+// (the root), which adopts every unit below it.
+//
+// It records the units' forward order in the first step and uses it to prefetch: when a
+// unit starts forward, the next `forward_prefetch_depth` units' all-gathers are issued; when
+// a unit starts backward, the previous ones'. It queues one autograd-engine callback per
+// backward that finishes every unit (waits for the reduce-scatters, points gradients at the
+// shards). It owns the warm memory pool and counts live unsharded units for the memory bound.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "flat_buffers.h"
+
+namespace hyperparallel::fsdp {
+
+class FSDPUnit;
+
+class FSDPRoot {
+ public:
+  explicit FSDPRoot(std::vector<FSDPUnit*> units) : units_(std::move(units)) {}
+
+  void on_pre_forward(FSDPUnit* unit);
+  void on_pre_backward(FSDPUnit* unit);
+  void finish_backward();
+
+  WarmMemoryPool* pool() { return &pool_; }
+  void unsharded_acquired(FSDPUnit* unit);
+  void unsharded_released(FSDPUnit* unit);
+  int max_live_unsharded() const { return max_live_; }
+  void reset_max_live() { max_live_ = live_; }
+
+ private:
+  int position(FSDPUnit* unit) const;
+
+  std::vector<FSDPUnit*> units_;          // the root first, then module order
+  std::vector<FSDPUnit*> forward_order_;  // non-root units, as first seen in forward
+  bool order_final_ = false;
+  bool callback_queued_ = false;
+  WarmMemoryPool pool_;
+  int live_ = 0;
+  int max_live_ = 0;
+};
+
+}  // namespace hyperparallel::fsdp
