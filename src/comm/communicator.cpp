@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "byte_transport.h"
 #include "communicator_impl.h"
@@ -113,8 +114,19 @@ std::string describe(const Communicator& c, const char* op) {
 }
 
 void record(Communicator::Impl& impl, CollectiveKind kind, int64_t bytes) {
-  std::lock_guard<std::mutex> lock(impl.counters_mutex);
-  impl.counters.record(kind, bytes);
+  {
+    std::lock_guard<std::mutex> lock(impl.counters_mutex);
+    impl.counters.record(kind, bytes);
+  }
+  if (impl.options.inject_delay_max_ms > 0) {
+    // xorshift, seeded by the world rank: each rank delays differently, reproducibly.
+    uint64_t& x = impl.delay_rng_state;
+    if (x == 0) x = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(impl.global_ranks[impl.rank] + 1);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::this_thread::sleep_for(std::chrono::milliseconds(x % static_cast<uint64_t>(impl.options.inject_delay_max_ms + 1)));
+  }
 }
 
 CommHandle make_handle(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish,

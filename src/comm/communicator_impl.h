@@ -29,6 +29,7 @@ struct Communicator::Impl {
   // stay below kInternalTagBase. Advances identically on every rank (SPMD order).
   static constexpr int kInternalTagBase = 1 << 30;
   uint32_t internal_p2p_seq = 0;
+  uint64_t delay_rng_state = 0;  // for options.inject_delay_max_ms
 };
 
 // Waits for c10d Works (one collective, or the sends and receives of a point-to-point

@@ -86,6 +86,7 @@ void run_on_ranks(int world_size, const std::function<void(RankContext&)>& body,
       comm::CommOptions comm_options;
       comm_options.timeout = options.collective_timeout;
       comm_options.rendezvous_timeout = std::chrono::seconds(60);
+      comm_options.inject_delay_max_ms = options.inject_delay_max_ms;
       RankContext ctx;
       ctx.world = comm::init_process_group(info, comm_options);
       ctx.rank = info.rank;

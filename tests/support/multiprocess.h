@@ -32,6 +32,7 @@ struct MultiProcessOptions {
   // rewrite their environment into that launcher's variables before the rendezvous.
   std::string rendezvous_style = "torchrun";
   std::chrono::milliseconds collective_timeout{60000};
+  int inject_delay_max_ms = 0;  // CommOptions::inject_delay_max_ms for the world and its groups
   std::vector<std::pair<std::string, std::string>> env;
 };
 

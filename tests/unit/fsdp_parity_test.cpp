@@ -3,6 +3,8 @@
 // the same global batch as one process and matches its losses and parameters; the
 // communication per step is exactly the expected collectives and bytes.
 #include <gtest/gtest.h>
+
+#include <thread>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
@@ -101,6 +103,7 @@ struct FsdpRun {
   bool hsdp = false;              // 2 x (world / 2): replicate x shard
   int micro_batches = 1;          // gradient accumulation, sync off for all but the last
   bool sum_with_scaling = false;  // reduce "sum" scaled by 1/dp: the same as "avg"
+  int delay_before_step_max_ms = 0;  // races: a random sleep before each optimizer step
 };
 
 void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
@@ -148,6 +151,9 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
         // An unsynced backward moves no gradient.
         EXPECT_EQ((shard_comm->counters() - before)[comm::CollectiveKind::kReduceScatter].calls, 0);
       }
+    }
+    if (run.delay_before_step_max_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds((s * 7 + ctx.rank * 13) % (run.delay_before_step_max_ms + 1)));
     }
     opt.step();
     const auto step_comm = shard_comm->counters() - before;
@@ -225,6 +231,17 @@ TEST(FsdpFeatures, PrefetchDepth0And2) {
     run.prefetch_depth = depth;
     testing::run_on_ranks(4, [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
   }
+}
+
+TEST(FsdpFeatures, InjectedDelaysChangeNothing) {
+  // Every collective (all-gathers, reduce-scatters, HSDP all-reduces) waits a random 0-15 ms
+  // on each rank before it is issued, and each rank sleeps differently before its step.
+  FsdpRun run;
+  run.hsdp = true;
+  run.delay_before_step_max_ms = 20;
+  testing::MultiProcessOptions options;
+  options.inject_delay_max_ms = 15;
+  testing::run_on_ranks(4, [&](testing::RankContext& ctx) { expect_parity(ctx, run); }, options);
 }
 
 TEST(FsdpFeatures, HsdpTwoByTwo) {

@@ -38,6 +38,9 @@ struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // Limit for reaching the rendezvous store and for group creation.
   std::chrono::milliseconds rendezvous_timeout{std::chrono::seconds(120)};
+  // Testing aid: sleep a random 0..N ms (seeded by the world rank) before issuing each
+  // collective, to expose races between ranks. 0 = off.
+  int inject_delay_max_ms = 0;
 };
 
 class GroupRegistry;  // src/comm/group_registry.h
