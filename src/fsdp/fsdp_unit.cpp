@@ -47,6 +47,15 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, std::vector<std::pair<std::string,
   settings_.comm_fusion = options.comm_fusion;
   settings_.forward_prefetch_depth = options.forward_prefetch_depth;
   settings_.backward_prefetch_depth = options.backward_prefetch_depth;
+  mp_ = options.mp_policy;
+  param_dtype_ = mp_.param_dtype.value_or(at::kFloat);
+  reduce_dtype_ = mp_.reduce_dtype.value_or(param_dtype_);
+  for (auto dtype : {param_dtype_, reduce_dtype_}) {
+    if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) {
+      throw UserError(std::string("fully_shard: mixed precision dtype ") + c10::toString(dtype) +
+                      " is not one of Float, BFloat16, Half");
+    }
+  }
   const int64_t n = shard_comm_->size(), me = shard_comm_->rank();
   int64_t shard_total = 0;
   for (auto& [name, p] : params) {
@@ -72,9 +81,12 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, std::vector<std::pair<std::string,
   }
   sharded_ = at::zeros({shard_total});
   sharded_grad_ = at::zeros({shard_total});
-  reduced_ = at::zeros({shard_total});
-  unsharded_ = ReleasableBuffer(shard_total * n, at::kFloat);
-  unsharded_grad_ = ReleasableBuffer(shard_total * n, at::kFloat);
+  if (param_dtype_ != at::kFloat) sharded_cast_ = at::zeros({shard_total}, at::TensorOptions().dtype(param_dtype_));
+  reduced_ = at::zeros({shard_total}, at::TensorOptions().dtype(reduce_dtype_));
+  unsharded_ = ReleasableBuffer(shard_total * n, param_dtype_);
+  unsharded_grad_ = ReleasableBuffer(shard_total * n, param_dtype_);
+  if (reduce_dtype_ != param_dtype_) reduce_input_ = ReleasableBuffer(shard_total * n, reduce_dtype_);
+  grad_accumulators_.resize(params_.size());
   at::NoGradGuard no_grad;
   for (auto& sp : params_) {
     if (sp.local_rows == 0) continue;
@@ -96,6 +108,15 @@ std::vector<FSDPUnit*> FSDPUnit::units_below() {
     if (auto* unit = dynamic_cast<FSDPUnit*>(find_hooks(*item.value()))) units.push_back(unit);
   }
   return units;
+}
+
+std::vector<at::Tensor> FSDPUnit::gather_full_masters() {
+  const int64_t n = shard_comm_->size();
+  at::Tensor full = at::empty({sharded_.numel() * n});
+  shard_comm_->all_gather_blocks(full, sharded_, blocks_).wait();
+  std::vector<at::Tensor> out;
+  for (const auto& sp : params_) out.push_back(full.narrow(0, sp.unsharded_offset, sp.dim0 * sp.row_numel).view(sp.shape).clone());
+  return out;
 }
 
 // ---- state machine -----------------------------------------------------------------------
@@ -121,13 +142,15 @@ void FSDPUnit::unshard_async() {
   if (state_ == UnitState::kUnsharded || !pending_gather_.empty()) return;
   unsharded_.acquire(root_ ? root_->pool() : nullptr);
   if (root_) root_->unsharded_acquired(this);
+  // Mixed precision: the all-gather moves param_dtype; the fp32 masters stay sharded.
+  const at::Tensor& source = param_dtype_ == at::kFloat ? sharded_ : sharded_cast_.copy_(sharded_);
   if (settings_.comm_fusion) {
-    pending_gather_.push_back(shard_comm_->all_gather_blocks(unsharded_.tensor(), sharded_, blocks_));
+    pending_gather_.push_back(shard_comm_->all_gather_blocks(unsharded_.tensor(), source, blocks_));
     return;
   }
   for (const auto& sp : params_) {  // one collective per parameter: the unfused path
     pending_gather_.push_back(shard_comm_->all_gather(unsharded_.tensor().narrow(0, sp.unsharded_offset, sp.block * shard_comm_->size()),
-                                                      sharded_.narrow(0, sp.shard_offset, sp.block)));
+                                                      source.narrow(0, sp.shard_offset, sp.block)));
   }
 }
 
@@ -163,20 +186,26 @@ void FSDPUnit::pre_forward() {
 }
 
 void FSDPUnit::register_grad_hooks() {
-  if (!grad_accumulators_.empty()) return;
-  // Created while the parameters have their full shape: autograd checks gradient shapes
-  // against the accumulator's metadata.
+  // Accumulators are made while the parameters have their full shape and compute dtype:
+  // autograd checks gradients against the accumulator's metadata.
   std::weak_ptr<FSDPUnit> self = weak_from_this();
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!params_[i].param.requires_grad()) continue;
     auto acc = torch::autograd::impl::grad_accumulator(params_[i].param);
+    if (acc == grad_accumulators_[i]) continue;
     acc->add_post_hook(std::make_unique<GradReadyHook>(self, [this, i] { on_grad_ready(i); }));
-    grad_accumulators_.push_back(std::move(acc));
+    grad_accumulators_[i] = std::move(acc);
   }
+}
+
+at::Tensor FSDPUnit::cast_input(at::Tensor input) {
+  if (!mp_.cast_forward_inputs || param_dtype_ == at::kFloat || !input.is_floating_point()) return input;
+  return input.to(param_dtype_);
 }
 
 at::Tensor FSDPUnit::post_forward(at::Tensor output) {
   if (!is_root_ && settings_.reshard_after_forward) reshard();
+  if (mp_.output_dtype && output.is_floating_point()) output = output.to(*mp_.output_dtype);
   if (output.requires_grad()) {
     std::weak_ptr<FSDPUnit> self = weak_from_this();
     output.register_hook([self](const at::Tensor&) {
@@ -216,15 +245,19 @@ void FSDPUnit::on_grad_ready(size_t index) {
 void FSDPUnit::issue_reduce_scatter() {
   // Every gradient of the unit is in unsharded_grad_: reduce-scatter now, overlapping the
   // backward of the units before this one; the root waits for it at the end of backward.
+  at::Tensor source = unsharded_grad_.tensor();
+  if (reduce_dtype_ != param_dtype_) {
+    reduce_input_.acquire(root_->pool());
+    source = reduce_input_.tensor().copy_(source);
+  }
   if (settings_.comm_fusion) {
-    pending_reduce_.push_back(
-        shard_comm_->reduce_scatter_blocks(reduced_, unsharded_grad_.tensor(), blocks_, settings_.reduce_op));
+    pending_reduce_.push_back(shard_comm_->reduce_scatter_blocks(reduced_, source, blocks_, settings_.reduce_op));
     return;
   }
   for (const auto& sp : params_) {
-    pending_reduce_.push_back(shard_comm_->reduce_scatter(
-        reduced_.narrow(0, sp.shard_offset, sp.block),
-        unsharded_grad_.tensor().narrow(0, sp.unsharded_offset, sp.block * shard_comm_->size()), settings_.reduce_op));
+    pending_reduce_.push_back(shard_comm_->reduce_scatter(reduced_.narrow(0, sp.shard_offset, sp.block),
+                                                          source.narrow(0, sp.unsharded_offset, sp.block * shard_comm_->size()),
+                                                          settings_.reduce_op));
   }
 }
 
@@ -252,6 +285,7 @@ void FSDPUnit::finish_backward() {
   if (settings_.gradient_scaling_factor) reduced_.mul_(*settings_.gradient_scaling_factor);
   sharded_grad_.add_(reduced_);
   unsharded_grad_.release(root_->pool());
+  reduce_input_.release(root_->pool());
   accumulating_ = false;
   reshard();  // the optimizer steps on shards
   point_params_at_sharded();

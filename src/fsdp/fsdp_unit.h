@@ -65,6 +65,7 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
            const FullyShardOptions& options);
 
   void pre_forward() override;
+  at::Tensor cast_input(at::Tensor input) override;
   at::Tensor post_forward(at::Tensor output) override;
 
   void unshard_async();  // issue the all-gather (prefetch); no-op when unsharded or in flight
@@ -86,6 +87,8 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
 
   // Units in the subtree of this unit's module (itself first).
   std::vector<FSDPUnit*> units_below();
+  // The full fp32 master of every parameter (collective; the unit's state is unchanged).
+  std::vector<at::Tensor> gather_full_masters();
 
  private:
   void pre_backward();
@@ -102,13 +105,21 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   std::vector<ShardedParam> params_;
   std::vector<int64_t> blocks_;
   UnitState state_ = UnitState::kSharded;
+  MixedPrecisionPolicy mp_;
+  at::ScalarType param_dtype_ = at::kFloat;   // what all-gathers move and modules compute in
+  at::ScalarType reduce_dtype_ = at::kFloat;  // what reduce-scatters move
 
-  at::Tensor sharded_, sharded_grad_, reduced_;
-  ReleasableBuffer unsharded_, unsharded_grad_;
+  at::Tensor sharded_, sharded_grad_;  // fp32 masters and their gradients
+  at::Tensor sharded_cast_;            // sharded_ in param_dtype_ (mixed precision only)
+  at::Tensor reduced_;                 // reduce-scatter output, reduce_dtype_
+  ReleasableBuffer unsharded_, unsharded_grad_;  // param_dtype_
+  ReleasableBuffer reduce_input_;      // unsharded_grad_ cast to reduce_dtype_ (when they differ)
   std::vector<comm::CommHandle> pending_gather_;
   std::vector<comm::CommHandle> pending_reduce_;
   std::optional<comm::CommHandle> pending_replicate_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // keep alive: hooks fire
+  // One per parameter (null when it needs no gradient); kept alive so their hooks fire. A
+  // dtype change in set_data makes autograd create a new accumulator: re-hooked per forward.
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
   size_t grads_needed_ = 0;
   size_t grads_ready_ = 0;
   bool in_backward_ = false;

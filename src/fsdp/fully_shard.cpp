@@ -125,13 +125,11 @@ std::map<std::string, at::Tensor> full_parameters(torch::nn::Module& root) {
   for (const auto& item : root.named_modules()) {
     auto* unit = dynamic_cast<FSDPUnit*>(find_hooks(*item.value()));
     if (!unit) continue;
-    const bool was_sharded = unit->state() == UnitState::kSharded;
-    unit->unshard();
-    for (const auto& sp : unit->params()) {
-      out[join(item.key(), sp.name)] = sp.param.detach().clone();
-      done.insert(sp.param.unsafeGetTensorImpl());
+    const std::vector<at::Tensor> full = unit->gather_full_masters();
+    for (size_t i = 0; i < full.size(); ++i) {
+      out[join(item.key(), unit->params()[i].name)] = full[i];
+      done.insert(unit->params()[i].param.unsafeGetTensorImpl());
     }
-    if (was_sharded) unit->reshard();
   }
   for (const auto& item : root.named_parameters()) {
     if (!done.count(item.value().unsafeGetTensorImpl())) out[item.key()] = item.value().detach().clone();

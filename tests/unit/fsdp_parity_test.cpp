@@ -31,7 +31,7 @@ struct Block : torch::nn::Module {
     fc2 = register_module("fc2", torch::nn::Linear(kHidden, kDim));
   }
   at::Tensor forward(const at::Tensor& x) {
-    return hooked_forward(*this, [&] { return x + fc2(at::tanh(fc1(x * norm))); });
+    return hooked_forward(*this, x, [&](const at::Tensor& x) { return x + fc2(at::tanh(fc1(x * norm))); });
   }
   at::Tensor norm;
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
@@ -242,6 +242,50 @@ TEST(FsdpFeatures, InjectedDelaysChangeNothing) {
   testing::MultiProcessOptions options;
   options.inject_delay_max_ms = 15;
   testing::run_on_ranks(4, [&](testing::RankContext& ctx) { expect_parity(ctx, run); }, options);
+}
+
+TEST(FsdpFeatures, Bf16ParamsWithFp32ReductionKeepFp32Masters) {
+  testing::run_on_ranks(2, [](testing::RankContext& ctx) {
+    constexpr int kSteps = 20;
+    const Trajectory reference = train_single_process(kSteps);
+    auto mesh = mesh::init_device_mesh(ctx.world, "cpu", {2}, {"dp_shard"});
+    auto model = make_model();
+    fsdp::FullyShardOptions options;
+    options.mesh = mesh;
+    options.mp_policy.param_dtype = at::kBFloat16;
+    options.mp_policy.reduce_dtype = at::kFloat;
+    for (auto& b : model->blocks) fsdp::fully_shard(*b, options);
+    options.mp_policy.output_dtype = at::kFloat;  // logits back in fp32 for the loss
+    auto root = fsdp::fully_shard(*model, options);
+    auto opt = make_optimizer(*model);
+    double largest_gap = 0;  // bf16 compute must show: the losses are close, not equal
+    for (int s = 0; s < kSteps; ++s) {
+      auto [tokens, targets] = global_batch(s);
+      tokens = tokens.narrow(0, ctx.rank * 6, 6);
+      targets = targets.narrow(0, ctx.rank * 6, 6);
+      at::Tensor logits = model->forward(tokens);
+      EXPECT_EQ(logits.scalar_type(), at::kFloat);
+      at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, kVocab}), targets.reshape({-1}));
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      at::Tensor global = loss.detach().clone();
+      ctx.world->all_reduce(global, comm::ReduceOp::kAvg).wait();
+      EXPECT_NEAR(global.item<double>(), reference.losses[s], 1e-2 * std::abs(reference.losses[s])) << "step " << s;
+      largest_gap = std::max(largest_gap, std::abs(global.item<double>() - reference.losses[s]));
+    }
+    EXPECT_GT(largest_gap, 1e-4) << "the bf16 run matched fp32 too well: was bf16 used at all?";
+    // Between steps every parameter (and its gradient) is an fp32 master shard.
+    for (const auto& p : model->parameters()) {
+      EXPECT_EQ(p.scalar_type(), at::kFloat);
+      EXPECT_EQ(p.grad().scalar_type(), at::kFloat);
+    }
+    const auto full = fsdp::full_parameters(*model);
+    for (const auto& [name, want] : reference.params) {
+      EXPECT_EQ(full.at(name).scalar_type(), at::kFloat);
+      EXPECT_TRUE(at::allclose(full.at(name), want, 5e-2, 5e-2)) << name;
+    }
+  });
 }
 
 TEST(FsdpFeatures, HsdpTwoByTwo) {

@@ -12,7 +12,7 @@
 //    them into the flat sharded-gradient buffer that the parameters' .grad alias.
 // Each unit is a state machine (docs/fsdp.md "States"): SHARDED -> UNSHARDED -> SHARDED.
 // A module takes part through hyperparallel::fsdp::hooked_forward (module_hooks.h).
-// Not yet: mixed precision, offload, reshard to a smaller group, shard_placement_fn,
+// Not yet: offload, reshard to a smaller group, shard_placement_fn,
 // ignored / replicated parameters, state dicts beyond full_parameters().
 #pragma once
 
@@ -33,6 +33,15 @@ class Module;
 
 namespace hyperparallel::fsdp {
 
+// Compute in param_dtype (all-gathers move it), reduce gradients in reduce_dtype, keep fp32
+// master shards for the optimizer. Unset dtypes mean fp32 / param_dtype / unchanged.
+struct MixedPrecisionPolicy {
+  std::optional<at::ScalarType> param_dtype;
+  std::optional<at::ScalarType> reduce_dtype;
+  std::optional<at::ScalarType> output_dtype;  // cast the module's output
+  bool cast_forward_inputs = true;             // cast floating inputs to param_dtype
+};
+
 struct FullyShardOptions {
   // The ranks to shard over. Required (there is no global default group). 1-D: FSDP over
   // its ranks. 2-D (replicate, shard): HSDP — shard over the second axis, replicate over the
@@ -47,6 +56,7 @@ struct FullyShardOptions {
   // in backward the same in reverse order. 0 turns prefetching off.
   int forward_prefetch_depth = 1;
   int backward_prefetch_depth = 1;
+  MixedPrecisionPolicy mp_policy;
 };
 
 enum class UnitState { kSharded, kUnsharded };
@@ -91,8 +101,8 @@ class FSDPModule {
 
 FSDPModule fully_shard(torch::nn::Module& module, const FullyShardOptions& options);
 
-// Every parameter of `root` by its full name, unsharded (padding removed), on every rank.
-// Collective over each unit's ranks.
+// Every parameter of `root` by its full name, unsharded (padding removed), from the fp32
+// masters, on every rank. Collective over each unit's ranks.
 std::map<std::string, at::Tensor> full_parameters(torch::nn::Module& root);
 
 }  // namespace hyperparallel::fsdp

@@ -27,6 +27,9 @@ class ModuleHooks {
  public:
   virtual ~ModuleHooks() = default;
   virtual void pre_forward() = 0;
+  // Gets a forward input (after pre_forward); returns what the body should see (e.g. cast
+  // to the compute dtype).
+  virtual at::Tensor cast_input(at::Tensor input) { return input; }
   // Gets the forward's output; returns it (possibly with autograd hooks registered on it).
   virtual at::Tensor post_forward(at::Tensor output) = 0;
 };
@@ -42,6 +45,16 @@ at::Tensor hooked_forward(torch::nn::Module& module, Body&& body) {
   if (!hooks) return std::forward<Body>(body)();
   hooks->pre_forward();
   return hooks->post_forward(std::forward<Body>(body)());
+}
+
+// The same with the forward's input passed through the hooks (mixed precision casts it):
+//   return hooked_forward(*this, x, [&](const at::Tensor& x) { return fc2(fc1(x).relu()); });
+template <typename Body>
+at::Tensor hooked_forward(torch::nn::Module& module, const at::Tensor& input, Body&& body) {
+  ModuleHooks* hooks = find_hooks(module);
+  if (!hooks) return std::forward<Body>(body)(input);
+  hooks->pre_forward();
+  return hooks->post_forward(std::forward<Body>(body)(hooks->cast_input(input)));
 }
 
 }  // namespace hyperparallel::fsdp
