@@ -58,7 +58,8 @@ TEST(Launcher, ARankIgnoringSigtermIsKilledAfterTheGracePeriod) {
       run_cli(2, "if [ \"$RANK\" = 0 ]; then sleep 0.5; exit 5; fi; trap '' TERM; exec sleep " + marker()));
   EXPECT_EQ(r.exit_code, 5) << r.output;
   EXPECT_GE(r.seconds, 9.0);
-  EXPECT_LT(r.seconds, 15.0);
+  // 10 s of grace by design, plus process start-up, which a loaded 2-core machine stretches.
+  EXPECT_LT(r.seconds, 25.0) << r.output;
   EXPECT_TRUE(processes_with(marker()).empty()) << "orphans left behind";
 }
 
