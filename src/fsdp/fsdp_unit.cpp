@@ -39,10 +39,14 @@ const char* to_string(UnitState state) { return state == UnitState::kSharded ? "
 
 // ---- construction ------------------------------------------------------------------------
 
-FSDPUnit::FSDPUnit(torch::nn::Module& module, std::vector<std::pair<std::string, at::Tensor>> params,
+FSDPUnit::FSDPUnit(torch::nn::Module& module, NamedTensors params, NamedTensors replicated,
                    std::shared_ptr<comm::Communicator> shard_comm, std::shared_ptr<comm::Communicator> replicate_comm,
-                   const FullyShardOptions& options)
-    : module_(module), shard_comm_(std::move(shard_comm)), replicate_comm_(std::move(replicate_comm)) {
+                   std::shared_ptr<comm::Communicator> dp_comm, const FullyShardOptions& options)
+    : module_(module),
+      shard_comm_(std::move(shard_comm)),
+      replicate_comm_(std::move(replicate_comm)),
+      dp_comm_(std::move(dp_comm)),
+      replicated_(std::move(replicated)) {
   settings_.reshard_after_forward = options.reshard_after_forward;
   settings_.comm_fusion = options.comm_fusion;
   settings_.forward_prefetch_depth = options.forward_prefetch_depth;
@@ -86,14 +90,12 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, std::vector<std::pair<std::string,
   unsharded_ = ReleasableBuffer(shard_total * n, param_dtype_);
   unsharded_grad_ = ReleasableBuffer(shard_total * n, param_dtype_);
   if (reduce_dtype_ != param_dtype_) reduce_input_ = ReleasableBuffer(shard_total * n, reduce_dtype_);
-  grad_accumulators_.resize(params_.size());
-  at::NoGradGuard no_grad;
-  for (auto& sp : params_) {
-    if (sp.local_rows == 0) continue;
-    const int64_t first_row = me * (sp.row_numel ? sp.block / sp.row_numel : 0);
-    const at::Tensor rows = sp.param.detach().reshape({sp.dim0, sp.row_numel}).narrow(0, first_row, sp.local_rows);
-    sharded_.narrow(0, sp.shard_offset, sp.local_rows * sp.row_numel).copy_(rows.reshape({-1}));
+  for (const auto& [name, p] : replicated_) {
+    if (p.requires_grad()) ++grads_needed_;
   }
+  grad_accumulators_.resize(params_.size() + replicated_.size());
+  // Padding rows stay zero in every buffer: never visible, and they reduce to zero.
+  for (size_t i = 0; i < params_.size(); ++i) load_full(i, params_[i].param.detach());
   point_params_at_sharded();
 }
 
@@ -117,6 +119,28 @@ std::vector<at::Tensor> FSDPUnit::gather_full_masters() {
   std::vector<at::Tensor> out;
   for (const auto& sp : params_) out.push_back(full.narrow(0, sp.unsharded_offset, sp.dim0 * sp.row_numel).view(sp.shape).clone());
   return out;
+}
+
+ShardedTensor FSDPUnit::local_shard(size_t i) const {
+  const ShardedParam& sp = params_[i];
+  ShardedTensor t;
+  t.local = sharded_.narrow(0, sp.shard_offset, sp.local_rows * sp.row_numel).view(with_dim0(sp.shape, sp.local_rows)).clone();
+  t.global_shape = sp.shape;
+  t.row_offset = sp.row_numel ? shard_comm_->rank() * (sp.block / sp.row_numel) : 0;
+  return t;
+}
+
+void FSDPUnit::load_local_rows(size_t i, const at::Tensor& rows) {
+  const ShardedParam& sp = params_[i];
+  at::NoGradGuard no_grad;
+  sharded_.narrow(0, sp.shard_offset, sp.local_rows * sp.row_numel).copy_(rows.reshape({-1}));
+}
+
+void FSDPUnit::load_full(size_t i, const at::Tensor& full) {
+  const ShardedParam& sp = params_[i];
+  if (sp.local_rows == 0) return;
+  const int64_t first_row = shard_comm_->rank() * (sp.block / sp.row_numel);
+  load_local_rows(i, full.reshape({sp.dim0, sp.row_numel}).narrow(0, first_row, sp.local_rows));
 }
 
 // ---- state machine -----------------------------------------------------------------------
@@ -189,9 +213,10 @@ void FSDPUnit::register_grad_hooks() {
   // Accumulators are made while the parameters have their full shape and compute dtype:
   // autograd checks gradients against the accumulator's metadata.
   std::weak_ptr<FSDPUnit> self = weak_from_this();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!params_[i].param.requires_grad()) continue;
-    auto acc = torch::autograd::impl::grad_accumulator(params_[i].param);
+  for (size_t i = 0; i < grad_accumulators_.size(); ++i) {
+    const at::Tensor& p = i < params_.size() ? params_[i].param : replicated_[i - params_.size()].second;
+    if (!p.requires_grad()) continue;
+    auto acc = torch::autograd::impl::grad_accumulator(p);
     if (acc == grad_accumulators_[i]) continue;
     acc->add_post_hook(std::make_unique<GradReadyHook>(self, [this, i] { on_grad_ready(i); }));
     grad_accumulators_[i] = std::move(acc);
@@ -234,8 +259,11 @@ void FSDPUnit::pre_backward() {
 }
 
 void FSDPUnit::on_grad_ready(size_t index) {
-  if (!in_backward_ || params_[index].grad_ready) return;
-  params_[index].grad_ready = true;
+  if (!in_backward_) return;
+  if (index < params_.size()) {
+    if (params_[index].grad_ready) return;
+    params_[index].grad_ready = true;
+  }
   if (++grads_ready_ < grads_needed_) return;
   if (settings_.requires_gradient_sync) issue_reduce_scatter();
   // Its gradients are complete, so no later backward step reads its parameters.
@@ -243,6 +271,10 @@ void FSDPUnit::on_grad_ready(size_t index) {
 }
 
 void FSDPUnit::issue_reduce_scatter() {
+  // Replicated parameters: a DDP-style all-reduce of each gradient over every dp rank.
+  for (const auto& [name, p] : replicated_) {
+    if (p.requires_grad() && p.grad().defined()) pending_replicated_.push_back(dp_comm_->all_reduce(p.grad(), settings_.reduce_op));
+  }
   // Every gradient of the unit is in unsharded_grad_: reduce-scatter now, overlapping the
   // backward of the units before this one; the root waits for it at the end of backward.
   at::Tensor source = unsharded_grad_.tensor();
@@ -282,7 +314,14 @@ void FSDPUnit::finish_backward() {
     pending_replicate_->wait();
     pending_replicate_.reset();
   }
-  if (settings_.gradient_scaling_factor) reduced_.mul_(*settings_.gradient_scaling_factor);
+  for (auto& h : pending_replicated_) h.wait();
+  pending_replicated_.clear();
+  if (settings_.gradient_scaling_factor) {
+    reduced_.mul_(*settings_.gradient_scaling_factor);
+    for (const auto& [name, p] : replicated_) {
+      if (p.grad().defined()) p.mutable_grad().mul_(*settings_.gradient_scaling_factor);
+    }
+  }
   sharded_grad_.add_(reduced_);
   unsharded_grad_.release(root_->pool());
   reduce_input_.release(root_->pool());

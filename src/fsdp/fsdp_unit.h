@@ -60,9 +60,12 @@ struct UnitSettings {
 
 class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUnit> {
  public:
-  FSDPUnit(torch::nn::Module& module, std::vector<std::pair<std::string, at::Tensor>> params,
+  using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+  // `params` are sharded over shard_comm; `replicated` stay whole, their gradients all-reduced
+  // over dp_comm (every data-parallel rank). replicate_comm: HSDP's replica axis, or null.
+  FSDPUnit(torch::nn::Module& module, NamedTensors params, NamedTensors replicated,
            std::shared_ptr<comm::Communicator> shard_comm, std::shared_ptr<comm::Communicator> replicate_comm,
-           const FullyShardOptions& options);
+           std::shared_ptr<comm::Communicator> dp_comm, const FullyShardOptions& options);
 
   void pre_forward() override;
   at::Tensor cast_input(at::Tensor input) override;
@@ -83,12 +86,18 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   int64_t sharded_numel() const { return sharded_.numel(); }
   int64_t unsharded_numel() const { return sharded_.numel() * shard_comm_->size(); }
   FSDPRoot* root() const { return root_.get(); }
+  int global_rank() const { return shard_comm_->global_rank(); }
   void join_root(std::shared_ptr<FSDPRoot> root, bool is_root);
 
   // Units in the subtree of this unit's module (itself first).
   std::vector<FSDPUnit*> units_below();
   // The full fp32 master of every parameter (collective; the unit's state is unchanged).
   std::vector<at::Tensor> gather_full_masters();
+  const NamedTensors& replicated() const { return replicated_; }
+  // This rank's rows of parameter i, and loading them (the unit must be SHARDED).
+  ShardedTensor local_shard(size_t i) const;
+  void load_local_rows(size_t i, const at::Tensor& rows);
+  void load_full(size_t i, const at::Tensor& full);
 
  private:
   void pre_backward();
@@ -101,6 +110,9 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   torch::nn::Module& module_;
   std::shared_ptr<comm::Communicator> shard_comm_;
   std::shared_ptr<comm::Communicator> replicate_comm_;  // HSDP only
+  std::shared_ptr<comm::Communicator> dp_comm_;         // every data-parallel rank
+  NamedTensors replicated_;
+  std::vector<comm::CommHandle> pending_replicated_;
   UnitSettings settings_;
   std::vector<ShardedParam> params_;
   std::vector<int64_t> blocks_;

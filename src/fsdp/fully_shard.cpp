@@ -44,7 +44,10 @@ FSDPModule fully_shard(torch::nn::Module& module, const FullyShardOptions& optio
     for (const auto& sp : unit->params()) owned_below.insert(sp.param.unsafeGetTensorImpl());
   }
 
-  std::vector<std::pair<std::string, at::Tensor>> params;
+  std::set<const c10::TensorImpl*> ignored, replicate;
+  for (const auto& t : options.ignored_params) ignored.insert(t.unsafeGetTensorImpl());
+  for (const auto& t : options.replicate_params) replicate.insert(t.unsafeGetTensorImpl());
+  FSDPUnit::NamedTensors params, replicated;
   std::set<const c10::TensorImpl*> seen;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
     const c10::TensorImpl* impl = item.value().unsafeGetTensorImpl();
@@ -58,13 +61,14 @@ FSDPModule fully_shard(torch::nn::Module& module, const FullyShardOptions& optio
       }
       continue;
     }
-    if (in_unit_subtree || !seen.insert(impl).second) continue;
-    params.emplace_back(item.key(), item.value());
+    if (in_unit_subtree || !seen.insert(impl).second || ignored.count(impl)) continue;
+    (replicate.count(impl) ? replicated : params).emplace_back(item.key(), item.value());
   }
   const auto& names = options.mesh->axis_names();
   auto shard_comm = options.mesh->comm(names.back());
   auto replicate_comm = names.size() == 2 ? options.mesh->comm(names.front()) : nullptr;
-  auto unit = std::make_shared<FSDPUnit>(module, std::move(params), shard_comm, replicate_comm, options);
+  auto unit = std::make_shared<FSDPUnit>(module, std::move(params), std::move(replicated), shard_comm, replicate_comm,
+                                         options.mesh->comm(), options);
   attach_hooks(module, unit);
   return FSDPModule(unit);
 }
@@ -135,6 +139,131 @@ std::map<std::string, at::Tensor> full_parameters(torch::nn::Module& root) {
     if (!done.count(item.value().unsafeGetTensorImpl())) out[item.key()] = item.value().detach().clone();
   }
   return out;
+}
+
+namespace {
+
+// Every unit under `root` with its module path, in module order (the same on every rank).
+std::vector<std::pair<std::string, FSDPUnit*>> units_with_paths(torch::nn::Module& root) {
+  std::vector<std::pair<std::string, FSDPUnit*>> units;
+  for (const auto& item : root.named_modules()) {
+    if (auto* unit = dynamic_cast<FSDPUnit*>(find_hooks(*item.value()))) units.emplace_back(item.key(), unit);
+  }
+  return units;
+}
+
+std::string shape_text(at::IntArrayRef shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// Names the keys a state dict lacks and the ones it has too many of.
+template <typename Map>
+void check_keys(const std::set<std::string>& expected, const Map& state) {
+  std::string missing, unexpected;
+  for (const auto& name : expected) {
+    if (!state.count(name)) missing += (missing.empty() ? "" : ", ") + name;
+  }
+  for (const auto& item : state) {
+    if (!expected.count(item.first)) unexpected += (unexpected.empty() ? "" : ", ") + item.first;
+  }
+  if (!missing.empty() || !unexpected.empty()) {
+    throw UserError("state dict does not match the model: missing keys [" + missing + "], unexpected keys [" +
+                    unexpected + "]");
+  }
+}
+
+}  // namespace
+
+std::map<std::string, ShardedTensor> sharded_state_dict(torch::nn::Module& root) {
+  std::map<std::string, ShardedTensor> out;
+  std::set<const c10::TensorImpl*> done;
+  for (const auto& [path, unit] : units_with_paths(root)) {
+    for (size_t i = 0; i < unit->params().size(); ++i) {
+      out[join(path, unit->params()[i].name)] = unit->local_shard(i);
+      done.insert(unit->params()[i].param.unsafeGetTensorImpl());
+    }
+  }
+  for (const auto& item : root.named_parameters()) {
+    if (done.insert(item.value().unsafeGetTensorImpl()).second) {
+      out[item.key()] = ShardedTensor{item.value().detach().clone(), item.value().sizes().vec(), 0};
+    }
+  }
+  return out;
+}
+
+std::map<std::string, at::Tensor> full_state_dict(torch::nn::Module& root, bool rank0_only) {
+  auto full = full_parameters(root);
+  if (!rank0_only) return full;
+  const auto units = units_with_paths(root);
+  const bool rank0 = units.empty() || units.front().second->global_rank() == 0;
+  if (!rank0) full.clear();
+  return full;
+}
+
+void load_sharded_state_dict(torch::nn::Module& root, const std::map<std::string, ShardedTensor>& state) {
+  const auto expected = sharded_state_dict(root);
+  std::set<std::string> names;
+  for (const auto& item : expected) names.insert(item.first);
+  check_keys(names, state);
+  for (const auto& [name, want] : expected) {
+    const ShardedTensor& got = state.at(name);
+    if (got.local.sizes() != want.local.sizes() || got.global_shape != want.global_shape || got.row_offset != want.row_offset) {
+      throw UserError("state dict entry " + name + ": shard " + shape_text(got.local.sizes()) + " at row " +
+                      std::to_string(got.row_offset) + " of " + shape_text(got.global_shape) + ", but this rank holds " +
+                      shape_text(want.local.sizes()) + " at row " + std::to_string(want.row_offset) + " of " +
+                      shape_text(want.global_shape) + "; load a full state dict to change layouts");
+    }
+  }
+  at::NoGradGuard no_grad;
+  std::set<const c10::TensorImpl*> done;
+  for (const auto& [path, unit] : units_with_paths(root)) {
+    unit->reshard();
+    for (size_t i = 0; i < unit->params().size(); ++i) {
+      unit->load_local_rows(i, state.at(join(path, unit->params()[i].name)).local);
+      done.insert(unit->params()[i].param.unsafeGetTensorImpl());
+    }
+  }
+  for (const auto& item : root.named_parameters()) {
+    if (done.insert(item.value().unsafeGetTensorImpl()).second) item.value().copy_(state.at(item.key()).local);
+  }
+}
+
+void load_full_state_dict(torch::nn::Module& root, const std::map<std::string, at::Tensor>& state) {
+  const auto units = units_with_paths(root);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::set<const c10::TensorImpl*> managed;
+  for (const auto& [path, unit] : units) {
+    for (const auto& sp : unit->params()) {
+      shapes[join(path, sp.name)] = sp.shape;
+      managed.insert(sp.param.unsafeGetTensorImpl());
+    }
+  }
+  for (const auto& item : root.named_parameters()) {
+    if (!managed.count(item.value().unsafeGetTensorImpl()) && !shapes.count(item.key())) shapes[item.key()] = item.value().sizes().vec();
+  }
+  std::set<std::string> names;
+  for (const auto& item : shapes) names.insert(item.first);
+  check_keys(names, state);
+  for (const auto& [name, shape] : shapes) {
+    if (state.at(name).sizes().vec() != shape) {
+      throw UserError("state dict entry " + name + " has shape " + shape_text(state.at(name).sizes()) +
+                      ", the model's parameter has " + shape_text(shape));
+    }
+  }
+  at::NoGradGuard no_grad;
+  std::set<const c10::TensorImpl*> done;
+  for (const auto& [path, unit] : units) {
+    unit->reshard();
+    for (size_t i = 0; i < unit->params().size(); ++i) {
+      unit->load_full(i, state.at(join(path, unit->params()[i].name)).to(at::kFloat));
+      done.insert(unit->params()[i].param.unsafeGetTensorImpl());
+    }
+  }
+  for (const auto& item : root.named_parameters()) {
+    if (done.insert(item.value().unsafeGetTensorImpl()).second) item.value().copy_(state.at(item.key()));
+  }
 }
 
 }  // namespace hyperparallel::fsdp

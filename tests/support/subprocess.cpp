@@ -35,9 +35,16 @@ SubprocessResult run_subprocess(const std::vector<std::string>& argv, const Subp
   bool open = true;
   while (open) {
     const auto elapsed = std::chrono::steady_clock::now() - start;
-    if (options.signal_after && !signalled && elapsed >= options.signal_after->first) {
-      kill(pid, options.signal_after->second);
-      signalled = true;
+    if (options.signal_when && !signalled) {
+      int seen = 0;
+      for (size_t at = result.output.find(options.signal_when->text); at != std::string::npos;
+           at = result.output.find(options.signal_when->text, at + 1)) {
+        ++seen;
+      }
+      if (seen >= options.signal_when->count) {
+        kill(pid, options.signal_when->signal);
+        signalled = true;
+      }
     }
     if (elapsed > options.limit) {
       killpg(pid, SIGKILL);

@@ -18,7 +18,14 @@ struct SubprocessResult {
 
 struct SubprocessOptions {
   std::chrono::seconds limit{60};
-  std::optional<std::pair<std::chrono::milliseconds, int>> signal_after;  // (delay, signal)
+  // Send `signal` once the output holds `count` occurrences of `text` (e.g. every rank's
+  // "ready" line), so the signal cannot arrive before the program is up.
+  struct SignalWhen {
+    std::string text;
+    int count = 1;
+    int signal = 0;
+  };
+  std::optional<SignalWhen> signal_when;
   std::vector<std::pair<std::string, std::string>> env;
 };
 

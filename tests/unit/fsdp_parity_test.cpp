@@ -55,9 +55,11 @@ struct TinyLM : torch::nn::Module {
   at::Tensor final_norm;
 };
 
-std::shared_ptr<TinyLM> make_model() {
+std::shared_ptr<TinyLM> make_model(bool freeze_final_norm = false) {
   at::manual_seed(1234);
-  return std::make_shared<TinyLM>();
+  auto model = std::make_shared<TinyLM>();
+  if (freeze_final_norm) model->final_norm.set_requires_grad(false);
+  return model;
 }
 
 // The global batch of step `step`: tokens and next-token targets.
@@ -80,8 +82,8 @@ struct Trajectory {
   std::map<std::string, at::Tensor> params;
 };
 
-Trajectory train_single_process(int steps) {
-  auto model = make_model();
+Trajectory train_single_process(int steps, bool freeze_final_norm = false) {
+  auto model = make_model(freeze_final_norm);
   auto opt = make_optimizer(*model);
   Trajectory t;
   for (int s = 0; s < steps; ++s) {
@@ -104,11 +106,13 @@ struct FsdpRun {
   int micro_batches = 1;          // gradient accumulation, sync off for all but the last
   bool sum_with_scaling = false;  // reduce "sum" scaled by 1/dp: the same as "avg"
   int delay_before_step_max_ms = 0;  // races: a random sleep before each optimizer step
+  bool replicate_norms = false;      // blocks' norms replicated (all-reduced), not sharded
+  bool ignore_final_norm = false;    // the final norm frozen and left out of FSDP
 };
 
 void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
   constexpr int kSteps = 20;
-  const Trajectory reference = train_single_process(kSteps);
+  const Trajectory reference = train_single_process(kSteps, run.ignore_final_norm);
 
   const int64_t n = ctx.world_size;
   auto mesh = run.hsdp ? mesh::init_device_mesh(ctx.world, "cpu", {2, n / 2}, {"dp_replicate", "dp_shard"})
@@ -116,10 +120,14 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
   auto shard_comm = mesh.comm("dp_shard");
   auto replicate_comm = run.hsdp ? mesh.comm("dp_replicate") : nullptr;
   const int64_t shards = shard_comm->size();
-  auto model = make_model();
+  auto model = make_model(run.ignore_final_norm);
   fsdp::FullyShardOptions options;
   options.mesh = mesh;
   options.reshard_after_forward = run.reshard_after_forward;
+  if (run.ignore_final_norm) options.ignored_params = {model->final_norm};
+  if (run.replicate_norms) {
+    for (auto& b : model->blocks) options.replicate_params.push_back(b->norm);
+  }
   options.comm_fusion = run.comm_fusion;
   options.forward_prefetch_depth = options.backward_prefetch_depth = run.prefetch_depth;
   std::vector<fsdp::FSDPModule> units;
@@ -179,7 +187,9 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
     EXPECT_EQ(step_comm[comm::CollectiveKind::kAllGather].bytes, ag_bytes);
     EXPECT_EQ(step_comm[comm::CollectiveKind::kReduceScatter].calls, rs_calls);
     EXPECT_EQ(step_comm[comm::CollectiveKind::kReduceScatter].bytes, rs_bytes);
-    EXPECT_EQ(step_comm.total_calls(), ag_calls + rs_calls);
+    const int64_t ar_calls = run.replicate_norms ? kLayers : 0;  // one all-reduce per replicated parameter
+    EXPECT_EQ(step_comm[comm::CollectiveKind::kAllReduce].calls, ar_calls);
+    EXPECT_EQ(step_comm.total_calls(), ag_calls + rs_calls + ar_calls);
     if (replicate_comm) {
       const auto rep = replicate_comm->counters() - replicate_before;
       EXPECT_EQ(rep[comm::CollectiveKind::kAllReduce].calls, static_cast<int64_t>(units.size()));
@@ -195,6 +205,13 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
     for (auto& u : units) EXPECT_EQ(u.state(), fsdp::UnitState::kSharded);
   }
 
+  // Ignored and replicated parameters stay whole on every rank.
+  if (run.ignore_final_norm) {
+    EXPECT_EQ(model->final_norm.sizes(), (std::vector<int64_t>{kDim}));
+  }
+  if (run.replicate_norms) {
+    for (auto& b : model->blocks) EXPECT_EQ(b->norm.sizes(), (std::vector<int64_t>{kDim}));
+  }
   const auto full = fsdp::full_parameters(*model);
   ASSERT_EQ(full.size(), reference.params.size());
   for (const auto& [name, want] : reference.params) {
@@ -285,6 +302,61 @@ TEST(FsdpFeatures, Bf16ParamsWithFp32ReductionKeepFp32Masters) {
       EXPECT_EQ(full.at(name).scalar_type(), at::kFloat);
       EXPECT_TRUE(at::allclose(full.at(name), want, 5e-2, 5e-2)) << name;
     }
+  });
+}
+
+TEST(FsdpFeatures, ReplicatedAndIgnoredParameters) {
+  FsdpRun run;
+  run.replicate_norms = true;
+  run.ignore_final_norm = true;
+  testing::run_on_ranks(3, [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
+}
+
+TEST(FsdpFeatures, StateDictsRoundTripAndCheckKeys) {
+  testing::run_on_ranks(2, [](testing::RankContext& ctx) {
+    auto mesh = mesh::init_device_mesh(ctx.world, "cpu", {2}, {"dp_shard"});
+    fsdp::FullyShardOptions options;
+    options.mesh = mesh;
+    auto shard_all = [&](TinyLM& m) {
+      for (auto& b : m.blocks) fsdp::fully_shard(*b, options);
+      fsdp::fully_shard(m, options);
+    };
+    // A full state dict from one process loads into a sharded model.
+    const Trajectory reference = train_single_process(3);
+    auto a = make_model();
+    shard_all(*a);
+    fsdp::load_full_state_dict(*a, reference.params);
+    for (const auto& [name, t] : fsdp::full_state_dict(*a)) {
+      EXPECT_TRUE(at::equal(t, reference.params.at(name))) << name;
+    }
+    // Sharded: save from one model, load into a fresh one with the same layout.
+    auto sharded = fsdp::sharded_state_dict(*a);
+    EXPECT_EQ(sharded.at("layers0.fc1.weight").global_shape, (std::vector<int64_t>{kHidden, kDim}));
+    EXPECT_EQ(sharded.at("layers0.fc1.weight").row_offset, ctx.rank * 20);
+    EXPECT_EQ(sharded.at("layers0.fc1.weight").local.size(0), 20);
+    auto b = make_model();
+    shard_all(*b);
+    fsdp::load_sharded_state_dict(*b, sharded);
+    const auto full_b = fsdp::full_state_dict(*b, /*rank0_only=*/true);
+    if (ctx.rank == 0) {
+      for (const auto& [name, t] : full_b) EXPECT_TRUE(at::equal(t, reference.params.at(name))) << name;
+    } else {
+      EXPECT_TRUE(full_b.empty());
+    }
+    // Wrong keys and shapes are named, and nothing is loaded.
+    auto bad = reference.params;
+    bad.erase("embed.weight");
+    bad["extra"] = at::zeros({1});
+    try {
+      fsdp::load_full_state_dict(*b, bad);
+      ADD_FAILURE() << "no error for bad keys";
+    } catch (const UserError& e) {
+      EXPECT_EQ(std::string(e.what()), "state dict does not match the model: missing keys [embed.weight], unexpected keys [extra]");
+    }
+    auto wrong_shape = reference.params;
+    wrong_shape["final_norm"] = at::zeros({3});
+    EXPECT_THROW(fsdp::load_full_state_dict(*b, wrong_shape), UserError);
+    for (const auto& [name, t] : fsdp::full_state_dict(*b)) EXPECT_TRUE(at::equal(t, reference.params.at(name))) << name;
   });
 }
 

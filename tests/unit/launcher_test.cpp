@@ -65,8 +65,8 @@ TEST(Launcher, ARankIgnoringSigtermIsKilledAfterTheGracePeriod) {
 
 TEST(Launcher, SigintToTheLauncherReachesEveryRank) {
   testing::SubprocessOptions options;
-  options.signal_after = std::make_pair(std::chrono::milliseconds(1500), SIGINT);
-  const auto r = run_subprocess(run_cli(3, "exec sleep " + marker()), options);
+  options.signal_when = testing::SubprocessOptions::SignalWhen{"ready", 3, SIGINT};
+  const auto r = run_subprocess(run_cli(3, "echo ready; exec sleep " + marker()), options);
   EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.output;
   EXPECT_LT(r.seconds, 15.0);
   EXPECT_NE(r.output.find("received SIGINT; stopped all 3 local rank(s)"), std::string::npos) << r.output;

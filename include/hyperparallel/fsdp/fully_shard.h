@@ -12,8 +12,7 @@
 //    them into the flat sharded-gradient buffer that the parameters' .grad alias.
 // Each unit is a state machine (docs/fsdp.md "States"): SHARDED -> UNSHARDED -> SHARDED.
 // A module takes part through hyperparallel::fsdp::hooked_forward (module_hooks.h).
-// Not yet: offload, reshard to a smaller group, shard_placement_fn,
-// ignored / replicated parameters, state dicts beyond full_parameters().
+// Not yet: offload, reshard to a smaller group, shard_placement_fn.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -57,6 +56,18 @@ struct FullyShardOptions {
   int forward_prefetch_depth = 1;
   int backward_prefetch_depth = 1;
   MixedPrecisionPolicy mp_policy;
+  // Left alone: not sharded, no gradient synchronisation (e.g. frozen parameters).
+  std::vector<at::Tensor> ignored_params;
+  // Managed but not sharded: full on every rank, gradients all-reduced (avg) over the mesh
+  // like DDP — for small parameters where sharding costs more than it saves.
+  std::vector<at::Tensor> replicate_params;
+};
+
+// One rank's piece of a parameter: rows [row_offset, row_offset + local.size(0)) of dim 0.
+struct ShardedTensor {
+  at::Tensor local;
+  std::vector<int64_t> global_shape;
+  int64_t row_offset = 0;
 };
 
 enum class UnitState { kSharded, kUnsharded };
@@ -104,5 +115,15 @@ FSDPModule fully_shard(torch::nn::Module& module, const FullyShardOptions& optio
 // Every parameter of `root` by its full name, unsharded (padding removed), from the fp32
 // masters, on every rank. Collective over each unit's ranks.
 std::map<std::string, at::Tensor> full_parameters(torch::nn::Module& root);
+
+// State dicts, keyed by the parameters' full names. Sharded: this rank's rows of every
+// sharded parameter (replicated and unmanaged parameters whole, row_offset 0). Full: every
+// parameter unsharded (on every rank, or only on rank 0 when rank0_only — still collective).
+std::map<std::string, ShardedTensor> sharded_state_dict(torch::nn::Module& root);
+std::map<std::string, at::Tensor> full_state_dict(torch::nn::Module& root, bool rank0_only = false);
+// Loading checks names and shapes first (UserError listing missing and unexpected keys or the
+// mismatching shape) and changes nothing on error. A full state dict can come from any layout.
+void load_sharded_state_dict(torch::nn::Module& root, const std::map<std::string, ShardedTensor>& state);
+void load_full_state_dict(torch::nn::Module& root, const std::map<std::string, at::Tensor>& state);
 
 }  // namespace hyperparallel::fsdp
