@@ -85,7 +85,8 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, NamedTensors params, NamedTensors 
   }
   sharded_ = at::zeros({shard_total});
   sharded_grad_ = at::zeros({shard_total});
-  if (param_dtype_ != at::kFloat) sharded_cast_ = at::zeros({shard_total}, at::TensorOptions().dtype(param_dtype_));
+  offload_ = options.offload_policy.cpu_offload;
+  if (param_dtype_ != at::kFloat || offload_) device_shard_ = at::zeros({shard_total}, at::TensorOptions().dtype(param_dtype_));
   reduced_ = at::zeros({shard_total}, at::TensorOptions().dtype(reduce_dtype_));
   unsharded_ = ReleasableBuffer(shard_total * n, param_dtype_);
   unsharded_grad_ = ReleasableBuffer(shard_total * n, param_dtype_);
@@ -167,7 +168,8 @@ void FSDPUnit::unshard_async() {
   unsharded_.acquire(root_ ? root_->pool() : nullptr);
   if (root_) root_->unsharded_acquired(this);
   // Mixed precision: the all-gather moves param_dtype; the fp32 masters stay sharded.
-  const at::Tensor& source = param_dtype_ == at::kFloat ? sharded_ : sharded_cast_.copy_(sharded_);
+  // Offload: the host shard is staged on the compute device first.
+  const at::Tensor& source = device_shard_.defined() ? device_shard_.copy_(sharded_) : sharded_;
   if (settings_.comm_fusion) {
     pending_gather_.push_back(shard_comm_->all_gather_blocks(unsharded_.tensor(), source, blocks_));
     return;
@@ -322,7 +324,7 @@ void FSDPUnit::finish_backward() {
       if (p.grad().defined()) p.mutable_grad().mul_(*settings_.gradient_scaling_factor);
     }
   }
-  sharded_grad_.add_(reduced_);
+  sharded_grad_.add_(reduced_);  // with offload: device -> host
   unsharded_grad_.release(root_->pool());
   reduce_input_.release(root_->pool());
   accumulating_ = false;

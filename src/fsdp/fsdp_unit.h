@@ -122,7 +122,10 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   at::ScalarType reduce_dtype_ = at::kFloat;  // what reduce-scatters move
 
   at::Tensor sharded_, sharded_grad_;  // fp32 masters and their gradients
-  at::Tensor sharded_cast_;            // sharded_ in param_dtype_ (mixed precision only)
+  // The shard on the compute device in param_dtype_, staged before each all-gather; used
+  // with mixed precision or offload (there sharded_ / sharded_grad_ are the host copies).
+  at::Tensor device_shard_;
+  bool offload_ = false;
   at::Tensor reduced_;                 // reduce-scatter output, reduce_dtype_
   ReleasableBuffer unsharded_, unsharded_grad_;  // param_dtype_
   ReleasableBuffer reduce_input_;      // unsharded_grad_ cast to reduce_dtype_ (when they differ)

@@ -108,6 +108,7 @@ struct FsdpRun {
   int delay_before_step_max_ms = 0;  // races: a random sleep before each optimizer step
   bool replicate_norms = false;      // blocks' norms replicated (all-reduced), not sharded
   bool ignore_final_norm = false;    // the final norm frozen and left out of FSDP
+  bool offload = false;
 };
 
 void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
@@ -125,6 +126,7 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
   options.mesh = mesh;
   options.reshard_after_forward = run.reshard_after_forward;
   if (run.ignore_final_norm) options.ignored_params = {model->final_norm};
+  if (run.offload) options.offload_policy = fsdp::CPUOffloadPolicy();
   if (run.replicate_norms) {
     for (auto& b : model->blocks) options.replicate_params.push_back(b->norm);
   }
@@ -303,6 +305,12 @@ TEST(FsdpFeatures, Bf16ParamsWithFp32ReductionKeepFp32Masters) {
       EXPECT_TRUE(at::allclose(full.at(name), want, 5e-2, 5e-2)) << name;
     }
   });
+}
+
+TEST(FsdpFeatures, CpuOffloadStaysExact) {
+  FsdpRun run;
+  run.offload = true;
+  testing::run_on_ranks(2, [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
 }
 
 TEST(FsdpFeatures, ReplicatedAndIgnoredParameters) {

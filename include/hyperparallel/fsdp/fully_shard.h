@@ -12,7 +12,7 @@
 //    them into the flat sharded-gradient buffer that the parameters' .grad alias.
 // Each unit is a state machine (docs/fsdp.md "States"): SHARDED -> UNSHARDED -> SHARDED.
 // A module takes part through hyperparallel::fsdp::hooked_forward (module_hooks.h).
-// Not yet: offload, reshard to a smaller group, shard_placement_fn.
+// Not yet: reshard to a smaller group, shard_placement_fn.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -41,6 +41,21 @@ struct MixedPrecisionPolicy {
   bool cast_forward_inputs = true;             // cast floating inputs to param_dtype
 };
 
+// Keep sharded parameters and gradients in host memory; each unit's shard moves to the
+// compute device right before its all-gather and reduced gradients move back. With a CPU
+// compute device (this build) the path still runs: a staging copy per all-gather.
+// pin_memory applies to CUDA builds only.
+struct OffloadPolicy {
+  bool cpu_offload = false;
+  bool pin_memory = true;
+};
+struct CPUOffloadPolicy : OffloadPolicy {
+  explicit CPUOffloadPolicy(bool pin = true) {
+    cpu_offload = true;
+    pin_memory = pin;
+  }
+};
+
 struct FullyShardOptions {
   // The ranks to shard over. Required (there is no global default group). 1-D: FSDP over
   // its ranks. 2-D (replicate, shard): HSDP — shard over the second axis, replicate over the
@@ -56,6 +71,7 @@ struct FullyShardOptions {
   int forward_prefetch_depth = 1;
   int backward_prefetch_depth = 1;
   MixedPrecisionPolicy mp_policy;
+  OffloadPolicy offload_policy;
   // Left alone: not sharded, no gradient synchronisation (e.g. frozen parameters).
   std::vector<at::Tensor> ignored_params;
   // Managed but not sharded: full on every rank, gradients all-reduced (avg) over the mesh
