@@ -35,7 +35,14 @@ class GradReadyHook : public torch::autograd::FunctionPostHook {
 
 }  // namespace
 
-const char* to_string(UnitState state) { return state == UnitState::kSharded ? "SHARDED" : "UNSHARDED"; }
+const char* to_string(UnitState state) {
+  switch (state) {
+    case UnitState::kSharded: return "SHARDED";
+    case UnitState::kUnsharded: return "UNSHARDED";
+    case UnitState::kShardedPostForward: return "SHARDED_POST_FORWARD";
+  }
+  return "?";
+}
 
 // ---- construction ------------------------------------------------------------------------
 
@@ -47,7 +54,23 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, NamedTensors params, NamedTensors 
       replicate_comm_(std::move(replicate_comm)),
       dp_comm_(std::move(dp_comm)),
       replicated_(std::move(replicated)) {
-  settings_.reshard_after_forward = options.reshard_after_forward;
+  if (std::holds_alternative<bool>(options.reshard_after_forward)) {
+    settings_.reshard_after_forward = std::get<bool>(options.reshard_after_forward);
+  } else {
+    const int k = std::get<int>(options.reshard_after_forward);
+    const int n_ranks = shard_comm_->size();
+    if (k < 2 || k >= n_ranks || n_ranks % k != 0) {
+      throw UserError("fully_shard: reshard_after_forward = " + std::to_string(k) + " must divide the shard group size " +
+                      std::to_string(n_ranks) + " and lie in [2, " + std::to_string(n_ranks) +
+                      "); use true or false otherwise");
+    }
+    settings_.reshard_after_forward = true;
+    settings_.post_forward_group = k;
+    // Groups of k consecutive ranks of the shard group; every member creates its own.
+    const int first = shard_comm_->rank() / k * k;
+    std::vector<int> members(shard_comm_->global_ranks().begin() + first, shard_comm_->global_ranks().begin() + first + k);
+    post_forward_comm_ = shard_comm_->group(members, shard_comm_->name() + "_post_forward");
+  }
   settings_.comm_fusion = options.comm_fusion;
   settings_.forward_prefetch_depth = options.forward_prefetch_depth;
   settings_.backward_prefetch_depth = options.backward_prefetch_depth;
@@ -91,6 +114,11 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, NamedTensors params, NamedTensors 
   unsharded_ = ReleasableBuffer(shard_total * n, param_dtype_);
   unsharded_grad_ = ReleasableBuffer(shard_total * n, param_dtype_);
   if (reduce_dtype_ != param_dtype_) reduce_input_ = ReleasableBuffer(shard_total * n, reduce_dtype_);
+  if (settings_.post_forward_group > 0) {
+    const int64_t per_member = n / settings_.post_forward_group;
+    post_forward_ = ReleasableBuffer(shard_total * per_member, param_dtype_);
+    for (int64_t b : blocks_) post_forward_blocks_.push_back(b * per_member);
+  }
   for (const auto& [name, p] : replicated_) {
     if (p.requires_grad()) ++grads_needed_;
   }
@@ -167,6 +195,10 @@ void FSDPUnit::unshard_async() {
   if (state_ == UnitState::kUnsharded || !pending_gather_.empty()) return;
   unsharded_.acquire(root_ ? root_->pool() : nullptr);
   if (root_) root_->unsharded_acquired(this);
+  if (state_ == UnitState::kShardedPostForward) {  // within the group of k
+    pending_gather_.push_back(post_forward_comm_->all_gather_blocks(unsharded_.tensor(), post_forward_.tensor(), post_forward_blocks_));
+    return;
+  }
   // Mixed precision: the all-gather moves param_dtype; the fp32 masters stay sharded.
   // Offload: the host shard is staged on the compute device first.
   const at::Tensor& source = device_shard_.defined() ? device_shard_.copy_(sharded_) : sharded_;
@@ -186,11 +218,37 @@ void FSDPUnit::unshard() {
   for (auto& h : pending_gather_) h.wait();
   pending_gather_.clear();
   for (auto& sp : params_) sp.param.set_data(unsharded_.alias(sp.unsharded_offset, sp.shape));
+  if (state_ == UnitState::kShardedPostForward) {
+    post_forward_.release(root_ ? root_->pool() : nullptr);
+    transition(UnitState::kShardedPostForward, UnitState::kUnsharded);
+    return;
+  }
   transition(UnitState::kSharded, UnitState::kUnsharded);
+}
+
+void FSDPUnit::reshard_post_forward() {
+  // Keep this rank's k-group share of the full parameters, then release the rest.
+  const int64_t j = shard_comm_->rank() % settings_.post_forward_group;
+  post_forward_.acquire(root_ ? root_->pool() : nullptr);
+  int64_t out = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int64_t piece = post_forward_blocks_[i];
+    post_forward_.tensor().narrow(0, out, piece).copy_(unsharded_.tensor().narrow(0, params_[i].unsharded_offset + j * piece, piece));
+    out += piece;
+  }
+  for (auto& sp : params_) sp.param.set_data(alias_of(sharded_, sp.shard_offset, with_dim0(sp.shape, sp.local_rows)));
+  unsharded_.release(root_ ? root_->pool() : nullptr);
+  if (root_) root_->unsharded_released(this);
+  transition(UnitState::kUnsharded, UnitState::kShardedPostForward);
 }
 
 void FSDPUnit::reshard() {
   if (state_ == UnitState::kSharded) return;
+  if (state_ == UnitState::kShardedPostForward) {
+    post_forward_.release(root_ ? root_->pool() : nullptr);
+    transition(UnitState::kShardedPostForward, UnitState::kSharded);
+    return;
+  }
   for (auto& sp : params_) sp.param.set_data(alias_of(sharded_, sp.shard_offset, with_dim0(sp.shape, sp.local_rows)));
   unsharded_.release(root_ ? root_->pool() : nullptr);
   if (root_) root_->unsharded_released(this);
@@ -231,7 +289,13 @@ at::Tensor FSDPUnit::cast_input(at::Tensor input) {
 }
 
 at::Tensor FSDPUnit::post_forward(at::Tensor output) {
-  if (!is_root_ && settings_.reshard_after_forward) reshard();
+  if (!is_root_ && settings_.reshard_after_forward) {
+    if (settings_.post_forward_group > 0) {
+      reshard_post_forward();
+    } else {
+      reshard();
+    }
+  }
   if (mp_.output_dtype && output.is_floating_point()) output = output.to(*mp_.output_dtype);
   if (output.requires_grad()) {
     std::weak_ptr<FSDPUnit> self = weak_from_this();

@@ -51,6 +51,7 @@ struct UnitSettings {
   comm::ReduceOp reduce_op = comm::ReduceOp::kAvg;
   bool reshard_after_forward = true;
   bool reshard_after_backward = true;
+  int post_forward_group = 0;  // k of reshard_after_forward = k; 0 = not used
   bool comm_fusion = true;
   int forward_prefetch_depth = 1;
   int backward_prefetch_depth = 1;
@@ -129,6 +130,13 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   at::Tensor reduced_;                 // reduce-scatter output, reduce_dtype_
   ReleasableBuffer unsharded_, unsharded_grad_;  // param_dtype_
   ReleasableBuffer reduce_input_;      // unsharded_grad_ cast to reduce_dtype_ (when they differ)
+  // reshard_after_forward = k: after forward this rank keeps pieces [j*N/k, (j+1)*N/k) of
+  // every parameter's block (j = its place in its group of k); backward all-gathers them
+  // within the group.
+  ReleasableBuffer post_forward_;
+  std::shared_ptr<comm::Communicator> post_forward_comm_;
+  std::vector<int64_t> post_forward_blocks_;
+  void reshard_post_forward();
   std::vector<comm::CommHandle> pending_gather_;
   std::vector<comm::CommHandle> pending_reduce_;
   std::optional<comm::CommHandle> pending_replicate_;

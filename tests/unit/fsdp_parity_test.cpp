@@ -109,6 +109,7 @@ struct FsdpRun {
   bool replicate_norms = false;      // blocks' norms replicated (all-reduced), not sharded
   bool ignore_final_norm = false;    // the final norm frozen and left out of FSDP
   bool offload = false;
+  int reshard_group = 0;  // reshard_after_forward = k
 };
 
 void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
@@ -125,6 +126,7 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
   fsdp::FullyShardOptions options;
   options.mesh = mesh;
   options.reshard_after_forward = run.reshard_after_forward;
+  if (run.reshard_group > 0) options.reshard_after_forward = run.reshard_group;
   if (run.ignore_final_norm) options.ignored_params = {model->final_norm};
   if (run.offload) options.offload_policy = fsdp::CPUOffloadPolicy();
   if (run.replicate_norms) {
@@ -148,6 +150,14 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
     tokens = tokens.narrow(0, ctx.rank * per_rank, per_rank);
     targets = targets.narrow(0, ctx.rank * per_rank, per_rank);
     const auto before = shard_comm->counters();
+    std::shared_ptr<comm::Communicator> group_comm;
+    comm::CommCounters group_before;
+    if (run.reshard_group > 0) {
+      std::vector<int> members;
+      for (int i = 0; i < run.reshard_group; ++i) members.push_back(ctx.rank / run.reshard_group * run.reshard_group + i);
+      group_comm = ctx.world->group(members, "post_forward");  // the unit's cached group
+      group_before = group_comm->counters();
+    }
     const auto replicate_before = replicate_comm ? replicate_comm->counters() : comm::CommCounters{};
     root.reset_max_live_unsharded_units();
     opt.zero_grad();
@@ -179,7 +189,8 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
       const bool is_root = &u == &units.back();
       const int64_t per_unit_calls = run.comm_fusion ? 1 : static_cast<int64_t>(u.unit_param_count());
       // The root keeps its parameters from its first forward to the synced backward.
-      const int64_t gathers = is_root ? 1 : (run.reshard_after_forward ? 2 : 1) * run.micro_batches;
+      const int64_t gathers =
+          is_root ? 1 : (run.reshard_after_forward && run.reshard_group == 0 ? 2 : 1) * run.micro_batches;
       ag_calls += gathers * per_unit_calls;
       ag_bytes += gathers * (shards - 1) * u.sharded_numel() * 4;
       rs_calls += per_unit_calls;
@@ -189,6 +200,15 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
     EXPECT_EQ(step_comm[comm::CollectiveKind::kAllGather].bytes, ag_bytes);
     EXPECT_EQ(step_comm[comm::CollectiveKind::kReduceScatter].calls, rs_calls);
     EXPECT_EQ(step_comm[comm::CollectiveKind::kReduceScatter].bytes, rs_bytes);
+    if (group_comm) {
+      // Backward's all-gathers stay within the group of k: 1/k of the data from each member.
+      const auto group_step = group_comm->counters() - group_before;
+      const int64_t k = run.reshard_group;
+      EXPECT_EQ(group_step[comm::CollectiveKind::kAllGather].calls, kLayers * run.micro_batches);
+      int64_t bytes = 0;
+      for (size_t i = 0; i + 1 < units.size(); ++i) bytes += (k - 1) * (shards / k) * units[i].sharded_numel() * 4;
+      EXPECT_EQ(group_step[comm::CollectiveKind::kAllGather].bytes, bytes * run.micro_batches);
+    }
     const int64_t ar_calls = run.replicate_norms ? kLayers : 0;  // one all-reduce per replicated parameter
     EXPECT_EQ(step_comm[comm::CollectiveKind::kAllReduce].calls, ar_calls);
     EXPECT_EQ(step_comm.total_calls(), ag_calls + rs_calls + ar_calls);
@@ -305,6 +325,12 @@ TEST(FsdpFeatures, Bf16ParamsWithFp32ReductionKeepFp32Masters) {
       EXPECT_TRUE(at::allclose(full.at(name), want, 5e-2, 5e-2)) << name;
     }
   });
+}
+
+TEST(FsdpFeatures, ReshardAfterForwardToGroupsOfTwo) {
+  FsdpRun run;
+  run.reshard_group = 2;
+  testing::run_on_ranks(4, [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
 }
 
 TEST(FsdpFeatures, CpuOffloadStaysExact) {
@@ -427,6 +453,15 @@ TEST(FsdpShards, TiedParametersAcrossUnitsAreAnError) {
   }
   fsdp::FullyShardOptions no_mesh;
   EXPECT_THROW(fsdp::fully_shard(*model->blocks[1], no_mesh), UserError);
+  fsdp::FullyShardOptions bad_group = options;
+  bad_group.reshard_after_forward = 2;  // 2 does not divide a shard group of 1
+  try {
+    fsdp::fully_shard(*model->blocks[1], bad_group);
+    ADD_FAILURE() << "no error for reshard_after_forward = 2 on 1 rank";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("reshard_after_forward = 2 must divide the shard group size 1"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -10,9 +10,10 @@
 //    parameters alias (no per-parameter copy-out); gradients accumulate into one flat buffer
 //    and one reduce-scatter, issued as soon as the unit's gradients are complete, averages
 //    them into the flat sharded-gradient buffer that the parameters' .grad alias.
-// Each unit is a state machine (docs/fsdp.md "States"): SHARDED -> UNSHARDED -> SHARDED.
+// Each unit is a state machine (docs/fsdp.md "States"): SHARDED -> UNSHARDED -> SHARDED, or
+// UNSHARDED -> SHARDED_POST_FORWARD -> UNSHARDED with reshard_after_forward = k.
 // A module takes part through hyperparallel::fsdp::hooked_forward (module_hooks.h).
-// Not yet: reshard to a smaller group, shard_placement_fn.
+// Not yet: shard_placement_fn.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "hyperparallel/comm/comm_counters.h"
@@ -62,8 +64,11 @@ struct FullyShardOptions {
   // first; gradients are reduce-scattered within a shard group, then all-reduced across
   // replicas.
   std::optional<mesh::DeviceMesh> mesh;
-  // Free the full parameters after forward (all-gather again in backward) or keep them.
-  bool reshard_after_forward = true;
+  // After forward: true frees the full parameters (all-gather again in backward); false
+  // keeps them; an int k (a divisor of the shard-group size, 1 < k < size) keeps them
+  // sharded over groups of k consecutive ranks, so backward's all-gather stays within the
+  // group (e.g. within a node) and moves 1/k of the data per rank.
+  std::variant<bool, int> reshard_after_forward = true;
   // One collective per unit (true) or one per parameter (false: the slow path, for comparison).
   bool comm_fusion = true;
   // How many units ahead (in the recorded forward order) to all-gather while one computes;
@@ -86,7 +91,7 @@ struct ShardedTensor {
   int64_t row_offset = 0;
 };
 
-enum class UnitState { kSharded, kUnsharded };
+enum class UnitState { kSharded, kUnsharded, kShardedPostForward };
 const char* to_string(UnitState state);
 
 class FSDPUnit;  // src/fsdp/fsdp_unit.h
