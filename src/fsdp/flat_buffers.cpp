@@ -43,8 +43,12 @@ void ReleasableBuffer::release(WarmMemoryPool* pool) {
 at::Tensor ReleasableBuffer::alias(int64_t offset, at::IntArrayRef shape) const { return alias_of(tensor_, offset, shape); }
 
 at::Tensor alias_of(const at::Tensor& flat, int64_t offset, at::IntArrayRef shape) {
+  return alias_of(flat, offset, shape, c10::contiguous_strides(shape));
+}
+
+at::Tensor alias_of(const at::Tensor& flat, int64_t offset, at::IntArrayRef shape, at::IntArrayRef strides) {
   at::Tensor out = at::empty({0}, flat.options());
-  out.set_(flat.storage(), flat.storage_offset() + offset, shape, c10::contiguous_strides(shape));
+  out.set_(flat.storage(), flat.storage_offset() + offset, shape, strides);
   return out;
 }
 

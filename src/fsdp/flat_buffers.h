@@ -44,5 +44,6 @@ class ReleasableBuffer {
 // A tensor of `shape` over `flat`'s storage from element `offset`; shares the storage but
 // is not an autograd view, so optimizers can detach_() and zero_() it.
 at::Tensor alias_of(const at::Tensor& flat, int64_t offset, at::IntArrayRef shape);
+at::Tensor alias_of(const at::Tensor& flat, int64_t offset, at::IntArrayRef shape, at::IntArrayRef strides);
 
 }  // namespace hyperparallel::fsdp

@@ -10,12 +10,6 @@
 namespace hyperparallel::fsdp {
 namespace {
 
-std::vector<int64_t> with_dim0(const std::vector<int64_t>& shape, int64_t rows) {
-  std::vector<int64_t> s = shape;
-  if (s.empty()) return {rows};
-  s[0] = rows;
-  return s;
-}
 
 // Calls back when a parameter's gradient has been accumulated.
 class GradReadyHook : public torch::autograd::FunctionPostHook {
@@ -34,6 +28,24 @@ class GradReadyHook : public torch::autograd::FunctionPostHook {
 };
 
 }  // namespace
+
+at::Tensor ShardedParam::view_of(const at::Tensor& flat, int64_t offset, int64_t rows) const {
+  if (shape.empty()) return rows == 1 ? alias_of(flat, offset, {}) : alias_of(flat, offset, {rows});  // a scalar
+  // Row-major over the shard-dim-first shape, then the shard dim swapped back into place.
+  std::vector<int64_t> moved = shape;
+  std::swap(moved[0], moved[shard_dim]);
+  moved[0] = rows;
+  const auto contiguous = c10::contiguous_strides(moved);
+  std::vector<int64_t> strides(contiguous.begin(), contiguous.end());
+  std::swap(moved[0], moved[shard_dim]);
+  std::swap(strides[0], strides[shard_dim]);
+  return alias_of(flat, offset, moved, strides);
+}
+
+at::Tensor ShardedParam::rows_of(const at::Tensor& t) const {
+  const at::Tensor moved = shard_dim == 0 ? t : t.transpose(0, shard_dim);
+  return moved.contiguous().reshape({-1, row_numel});
+}
 
 const char* to_string(UnitState state) {
   switch (state) {
@@ -94,7 +106,14 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, NamedTensors params, NamedTensors 
     sp.name = name;
     sp.param = p;
     sp.shape = p.sizes().vec();
-    sp.dim0 = p.dim() == 0 ? 1 : p.size(0);
+    if (options.shard_placement_fn) {
+      if (auto dim = options.shard_placement_fn(name, p)) sp.shard_dim = *dim < 0 ? *dim + p.dim() : *dim;
+    }
+    if (sp.shard_dim < 0 || (sp.shard_dim > 0 && sp.shard_dim >= p.dim())) {
+      throw UserError("fully_shard: shard_placement_fn chose dim " + std::to_string(sp.shard_dim) + " for " + name +
+                      ", which has " + std::to_string(p.dim()) + " dims");
+    }
+    sp.dim0 = p.dim() == 0 ? 1 : p.size(sp.shard_dim);
     sp.row_numel = sp.dim0 == 0 ? 0 : p.numel() / sp.dim0;
     const int64_t rows_per_rank = (sp.dim0 + n - 1) / n;
     sp.block = rows_per_rank * sp.row_numel;
@@ -146,14 +165,15 @@ std::vector<at::Tensor> FSDPUnit::gather_full_masters() {
   at::Tensor full = at::empty({sharded_.numel() * n});
   shard_comm_->all_gather_blocks(full, sharded_, blocks_).wait();
   std::vector<at::Tensor> out;
-  for (const auto& sp : params_) out.push_back(full.narrow(0, sp.unsharded_offset, sp.dim0 * sp.row_numel).view(sp.shape).clone());
+  for (const auto& sp : params_) out.push_back(sp.view_of(full, sp.unsharded_offset, sp.dim0).contiguous());
   return out;
 }
 
 ShardedTensor FSDPUnit::local_shard(size_t i) const {
   const ShardedParam& sp = params_[i];
   ShardedTensor t;
-  t.local = sharded_.narrow(0, sp.shard_offset, sp.local_rows * sp.row_numel).view(with_dim0(sp.shape, sp.local_rows)).clone();
+  t.local = sp.view_of(sharded_, sp.shard_offset, sp.local_rows).contiguous();
+  t.shard_dim = sp.shard_dim;
   t.global_shape = sp.shape;
   t.row_offset = sp.row_numel ? shard_comm_->rank() * (sp.block / sp.row_numel) : 0;
   return t;
@@ -162,14 +182,15 @@ ShardedTensor FSDPUnit::local_shard(size_t i) const {
 void FSDPUnit::load_local_rows(size_t i, const at::Tensor& rows) {
   const ShardedParam& sp = params_[i];
   at::NoGradGuard no_grad;
-  sharded_.narrow(0, sp.shard_offset, sp.local_rows * sp.row_numel).copy_(rows.reshape({-1}));
+  sharded_.narrow(0, sp.shard_offset, sp.local_rows * sp.row_numel).copy_(sp.rows_of(rows).reshape({-1}));
 }
 
 void FSDPUnit::load_full(size_t i, const at::Tensor& full) {
   const ShardedParam& sp = params_[i];
   if (sp.local_rows == 0) return;
   const int64_t first_row = shard_comm_->rank() * (sp.block / sp.row_numel);
-  load_local_rows(i, full.reshape({sp.dim0, sp.row_numel}).narrow(0, first_row, sp.local_rows));
+  const at::Tensor rows = sp.rows_of(full).narrow(0, first_row, sp.local_rows);
+  sharded_.narrow(0, sp.shard_offset, sp.local_rows * sp.row_numel).copy_(rows.reshape({-1}));
 }
 
 // ---- state machine -----------------------------------------------------------------------
@@ -184,9 +205,9 @@ void FSDPUnit::transition(UnitState from, UnitState to) {
 
 void FSDPUnit::point_params_at_sharded() {
   for (auto& sp : params_) {
-    sp.param.set_data(alias_of(sharded_, sp.shard_offset, with_dim0(sp.shape, sp.local_rows)));
+    sp.param.set_data(sp.view_of(sharded_, sp.shard_offset, sp.local_rows));
     if (sp.param.requires_grad() && !accumulating_) {
-      sp.param.mutable_grad() = alias_of(sharded_grad_, sp.shard_offset, with_dim0(sp.shape, sp.local_rows));
+      sp.param.mutable_grad() = sp.view_of(sharded_grad_, sp.shard_offset, sp.local_rows);
     }
   }
 }
@@ -217,7 +238,7 @@ void FSDPUnit::unshard() {
   unshard_async();
   for (auto& h : pending_gather_) h.wait();
   pending_gather_.clear();
-  for (auto& sp : params_) sp.param.set_data(unsharded_.alias(sp.unsharded_offset, sp.shape));
+  for (auto& sp : params_) sp.param.set_data(sp.view_of(unsharded_.tensor(), sp.unsharded_offset, sp.dim0));
   if (state_ == UnitState::kShardedPostForward) {
     post_forward_.release(root_ ? root_->pool() : nullptr);
     transition(UnitState::kShardedPostForward, UnitState::kUnsharded);
@@ -236,7 +257,7 @@ void FSDPUnit::reshard_post_forward() {
     post_forward_.tensor().narrow(0, out, piece).copy_(unsharded_.tensor().narrow(0, params_[i].unsharded_offset + j * piece, piece));
     out += piece;
   }
-  for (auto& sp : params_) sp.param.set_data(alias_of(sharded_, sp.shard_offset, with_dim0(sp.shape, sp.local_rows)));
+  for (auto& sp : params_) sp.param.set_data(sp.view_of(sharded_, sp.shard_offset, sp.local_rows));
   unsharded_.release(root_ ? root_->pool() : nullptr);
   if (root_) root_->unsharded_released(this);
   transition(UnitState::kUnsharded, UnitState::kShardedPostForward);
@@ -249,7 +270,7 @@ void FSDPUnit::reshard() {
     transition(UnitState::kShardedPostForward, UnitState::kSharded);
     return;
   }
-  for (auto& sp : params_) sp.param.set_data(alias_of(sharded_, sp.shard_offset, with_dim0(sp.shape, sp.local_rows)));
+  for (auto& sp : params_) sp.param.set_data(sp.view_of(sharded_, sp.shard_offset, sp.local_rows));
   unsharded_.release(root_ ? root_->pool() : nullptr);
   if (root_) root_->unsharded_released(this);
   transition(UnitState::kUnsharded, UnitState::kSharded);
@@ -319,7 +340,7 @@ void FSDPUnit::pre_backward() {
   }
   for (auto& sp : params_) {
     sp.grad_ready = false;
-    if (sp.param.requires_grad()) sp.param.mutable_grad() = unsharded_grad_.alias(sp.unsharded_offset, sp.shape);
+    if (sp.param.requires_grad()) sp.param.mutable_grad() = sp.view_of(unsharded_grad_.tensor(), sp.unsharded_offset, sp.dim0);
   }
   grads_ready_ = 0;
 }

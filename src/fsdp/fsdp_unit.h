@@ -32,17 +32,26 @@ namespace hyperparallel::fsdp {
 
 class FSDPRoot;
 
+// A parameter sharded on `shard_dim`: the buffers hold it with that dim moved to the front
+// (so each rank's piece is contiguous rows), and views swap it back with strides.
 struct ShardedParam {
   std::string name;  // relative to the unit's module
   at::Tensor param;  // the module's parameter (identity kept)
   std::vector<int64_t> shape;  // full shape
-  int64_t dim0 = 1;
-  int64_t row_numel = 1;         // elements per dim-0 row
+  int64_t shard_dim = 0;
+  int64_t dim0 = 1;              // size of the shard dim
+  int64_t row_numel = 1;         // elements per slice of the shard dim
   int64_t block = 0;             // per-rank elements, padded
   int64_t local_rows = 0;        // valid rows on this rank
   int64_t shard_offset = 0;      // in sharded_ / sharded_grad_
   int64_t unsharded_offset = 0;  // in unsharded_ / unsharded_grad_
   bool grad_ready = false;
+
+  // `rows` slices of the shard dim starting at element `offset` of `flat`, in the
+  // parameter's layout (strided when shard_dim > 0; never an autograd view).
+  at::Tensor view_of(const at::Tensor& flat, int64_t offset, int64_t rows) const;
+  // `t` (parameter layout) as a flat row-major tensor of its shard-dim slices.
+  at::Tensor rows_of(const at::Tensor& t) const;
 };
 
 struct UnitSettings {

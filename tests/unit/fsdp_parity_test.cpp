@@ -110,6 +110,7 @@ struct FsdpRun {
   bool ignore_final_norm = false;    // the final norm frozen and left out of FSDP
   bool offload = false;
   int reshard_group = 0;  // reshard_after_forward = k
+  bool shard_dim1 = false;  // shard_placement_fn: 2-D weights on dim 1
 };
 
 void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
@@ -127,6 +128,12 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
   options.mesh = mesh;
   options.reshard_after_forward = run.reshard_after_forward;
   if (run.reshard_group > 0) options.reshard_after_forward = run.reshard_group;
+  if (run.shard_dim1) {
+    options.shard_placement_fn = [](const std::string&, const at::Tensor& p) -> std::optional<int64_t> {
+      if (p.dim() == 2) return 1;
+      return std::nullopt;
+    };
+  }
   if (run.ignore_final_norm) options.ignored_params = {model->final_norm};
   if (run.offload) options.offload_policy = fsdp::CPUOffloadPolicy();
   if (run.replicate_norms) {
@@ -138,6 +145,12 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
   for (auto& b : model->blocks) units.push_back(fsdp::fully_shard(*b, options));
   units.push_back(fsdp::fully_shard(*model, options));
   fsdp::FSDPModule& root = units.back();
+  if (run.shard_dim1) {
+    // fc2.weight [24, 40] sharded on dim 1: ceil(40 / n) columns per rank, fewer on the last.
+    const int64_t cols = (kHidden + n - 1) / n;
+    const int64_t mine = std::max<int64_t>(0, std::min<int64_t>(kHidden, (ctx.rank + 1) * cols) - ctx.rank * cols);
+    EXPECT_EQ(model->blocks[0]->fc2->weight.sizes(), (std::vector<int64_t>{kDim, mine}));
+  }
   if (run.sum_with_scaling) {
     root.set_reduce_op_type("sum");
     root.set_gradient_scaling_factor(1.0 / static_cast<double>(n));
@@ -331,6 +344,16 @@ TEST(FsdpFeatures, ReshardAfterForwardToGroupsOfTwo) {
   FsdpRun run;
   run.reshard_group = 2;
   testing::run_on_ranks(4, [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
+}
+
+TEST(FsdpFeatures, ShardPlacementOnDim1) {
+  FsdpRun run;
+  run.shard_dim1 = true;
+  for (int world : {3, 4}) {
+    testing::run_on_ranks(world, [&](testing::RankContext& ctx) {
+      expect_parity(ctx, run);
+    });
+  }
 }
 
 TEST(FsdpFeatures, CpuOffloadStaysExact) {

@@ -13,11 +13,11 @@
 // Each unit is a state machine (docs/fsdp.md "States"): SHARDED -> UNSHARDED -> SHARDED, or
 // UNSHARDED -> SHARDED_POST_FORWARD -> UNSHARDED with reshard_after_forward = k.
 // A module takes part through hyperparallel::fsdp::hooked_forward (module_hooks.h).
-// Not yet: shard_placement_fn.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -77,6 +77,10 @@ struct FullyShardOptions {
   int backward_prefetch_depth = 1;
   MixedPrecisionPolicy mp_policy;
   OffloadPolicy offload_policy;
+  // The dim to shard each parameter on (given its name within the module); nullopt or no
+  // function: dim 0. Any dim works without copies: the buffers hold that dim first and the
+  // parameter is a strided view of them.
+  std::function<std::optional<int64_t>(const std::string& name, const at::Tensor& param)> shard_placement_fn;
   // Left alone: not sharded, no gradient synchronisation (e.g. frozen parameters).
   std::vector<at::Tensor> ignored_params;
   // Managed but not sharded: full on every rank, gradients all-reduced (avg) over the mesh
@@ -84,11 +88,13 @@ struct FullyShardOptions {
   std::vector<at::Tensor> replicate_params;
 };
 
-// One rank's piece of a parameter: rows [row_offset, row_offset + local.size(0)) of dim 0.
+// One rank's piece of a parameter: [row_offset, row_offset + local.size(shard_dim)) of
+// its shard dim.
 struct ShardedTensor {
   at::Tensor local;
   std::vector<int64_t> global_shape;
   int64_t row_offset = 0;
+  int64_t shard_dim = 0;
 };
 
 enum class UnitState { kSharded, kUnsharded, kShardedPostForward };
