@@ -457,6 +457,49 @@ TEST(FsdpShards, ParametersHoldCeilRowsAndOptimizerSeesShards) {
   });
 }
 
+TEST(FsdpShards, OptimizerStateIsShardedWithTheParameters) {
+  testing::run_on_ranks(3, [](testing::RankContext& ctx) {
+    auto mesh = mesh::init_device_mesh(ctx.world, "cpu", {3}, {"dp_shard"});
+    auto model = make_model();
+    int64_t total = 0, padded_share = 0;
+    for (const auto& p : model->parameters()) {
+      total += p.numel();
+      const int64_t rows = p.dim() ? p.size(0) : 1;
+      padded_share += (rows + 2) / 3 * (p.numel() / rows);
+    }
+    fsdp::FullyShardOptions options;
+    options.mesh = mesh;
+    std::vector<fsdp::FSDPModule> units;
+    for (auto& b : model->blocks) units.push_back(fsdp::fully_shard(*b, options));
+    units.push_back(fsdp::fully_shard(*model, options));
+    auto opt = make_optimizer(*model);
+    auto [tokens, targets] = global_batch(0);
+    at::Tensor loss = loss_of(*model, tokens.narrow(0, ctx.rank * 4, 4), targets.narrow(0, ctx.rank * 4, 4));
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    // Parameter and gradient buffers: ceil(dim0 / 3) rows of every parameter, padding included.
+    int64_t flat = 0;
+    for (auto& u : units) flat += u.sharded_numel();
+    EXPECT_EQ(flat, padded_share);
+    // Visible shards and AdamW's two moments cover every element exactly once across ranks.
+    int64_t local_params = 0, local_state = 0;
+    for (const auto& p : model->parameters()) {
+      local_params += p.numel();
+      EXPECT_EQ(p.grad().numel(), p.numel());
+    }
+    for (const auto& item : opt.state()) {
+      const auto& state = static_cast<const torch::optim::AdamWParamState&>(*item.second);
+      local_state += state.exp_avg().numel() + state.exp_avg_sq().numel();
+    }
+    EXPECT_EQ(local_state, 2 * local_params);
+    at::Tensor sums = at::tensor({local_params, local_state}, at::kLong);
+    ctx.world->all_reduce(sums).wait();
+    EXPECT_EQ(sums[0].item<int64_t>(), total);
+    EXPECT_EQ(sums[1].item<int64_t>(), 2 * total);
+  });
+}
+
 TEST(FsdpShards, TiedParametersAcrossUnitsAreAnError) {
   auto world = comm::init_process_group(comm::RendezvousInfo{});
   auto mesh = mesh::init_device_mesh(world, "cpu", {1}, {"dp_shard"});
