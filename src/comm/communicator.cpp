@@ -38,11 +38,20 @@ void wait_work(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::millisec
 
 WirePendingWork::WirePendingWork(std::vector<c10::intrusive_ptr<c10d::Work>> works,
                                  std::function<void()> finish, std::string what,
-                                 std::chrono::milliseconds default_timeout)
+                                 std::chrono::milliseconds default_timeout,
+                                 std::shared_ptr<std::atomic<int64_t>> wait_ns)
     : works_(std::move(works)), finish_(std::move(finish)), what_(std::move(what)),
-      default_timeout_(default_timeout) {}
+      default_timeout_(default_timeout), wait_ns_(std::move(wait_ns)) {}
 
 void WirePendingWork::wait(std::optional<std::chrono::milliseconds> timeout) {
+  // Every return and throw counts the time spent here.
+  struct Account {
+    std::chrono::steady_clock::time_point started;
+    std::atomic<int64_t>* total;
+    ~Account() {
+      *total += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
+    }
+  } account{std::chrono::steady_clock::now(), wait_ns_.get()};
   const auto limit = timeout.value_or(default_timeout_);
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (auto& work : works_) {
@@ -90,6 +99,8 @@ const std::vector<int>& Communicator::global_ranks() const { return impl_->globa
 int Communicator::global_rank() const { return impl_->global_ranks[impl_->rank]; }
 const CommOptions& Communicator::options() const { return impl_->options; }
 
+double Communicator::wait_seconds() const { return static_cast<double>(impl_->wait_ns->load()) * 1e-9; }
+
 CommCounters Communicator::counters() const {
   std::lock_guard<std::mutex> lock(impl_->counters_mutex);
   return impl_->counters;
@@ -130,15 +141,15 @@ void record(Communicator::Impl& impl, CollectiveKind kind, int64_t bytes) {
 }
 
 CommHandle make_handle(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish,
-                       const std::string& what, const CommOptions& options) {
+                       const std::string& what, const Communicator::Impl& impl) {
   return CommHandle(std::make_unique<WirePendingWork>(std::move(works), std::move(finish), what,
-                                                      options.timeout));
+                                                      impl.options.timeout, impl.wait_ns));
 }
 
 CommHandle make_handle(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish,
-                       const std::string& what, const CommOptions& options) {
+                       const std::string& what, const Communicator::Impl& impl) {
   std::vector<c10::intrusive_ptr<c10d::Work>> works{std::move(work)};
-  return make_handle(std::move(works), std::move(finish), what, options);
+  return make_handle(std::move(works), std::move(finish), what, impl);
 }
 
 void check_user_tag(int tag, const std::string& what) {
@@ -249,7 +260,7 @@ CommHandle Communicator::all_gather_blocks(const at::Tensor& unsharded, const at
   // into their places in the output: the ring's (n-1) shards on the wire, no staging buffer
   // and no copy-out (Gloo's own allgather stages through a fresh buffer; docs/comm.md).
   auto works = gather_pieces(*impl_, flat_bytes(shard), flat_bytes(unsharded), block_numels, esize);
-  return make_handle(std::move(works), nullptr, what, impl_->options);
+  return make_handle(std::move(works), nullptr, what, *impl_);
 }
 
 CommHandle Communicator::reduce_scatter_blocks(const at::Tensor& shard, const at::Tensor& unsharded,
@@ -297,7 +308,7 @@ CommHandle Communicator::reduce_scatter_blocks(const at::Tensor& shard, const at
     reduce_rows_in_rank_order(rows, op, shard);
     pool->release(scratch);
   };
-  return make_handle(std::move(works), finish, what, impl_->options);
+  return make_handle(std::move(works), finish, what, *impl_);
 }
 
 CommHandle Communicator::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {
@@ -324,7 +335,7 @@ CommHandle Communicator::reduce_scatter(const at::Tensor& output, const at::Tens
     pool->release(recv);
   };
   auto work = impl_->group->alltoall_base(recv, send, even, even);
-  return make_handle(std::move(work), finish, what, impl_->options);
+  return make_handle(std::move(work), finish, what, *impl_);
 }
 
 CommHandle Communicator::all_reduce(const at::Tensor& tensor, ReduceOp op) {
@@ -343,7 +354,7 @@ CommHandle Communicator::all_reduce(const at::Tensor& tensor, ReduceOp op) {
     auto work = impl_->group->allreduce(tensors, opts);
     std::function<void()> finish;
     if (op == ReduceOp::kAvg) finish = [tensor, n] { tensor.div_(static_cast<double>(n)); };
-    return make_handle(std::move(work), finish, what, impl_->options);
+    return make_handle(std::move(work), finish, what, *impl_);
   }
 
   // bf16 / fp16 / bool / int16: reduce-scatter as bytes, reduce locally in the accumulation
@@ -372,7 +383,7 @@ CommHandle Communicator::all_reduce(const at::Tensor& tensor, ReduceOp op) {
     }
     if (padded.data_ptr() != tensor.data_ptr()) tensor.view({-1}).copy_(padded.narrow(0, 0, tensor.numel()));
   };
-  return make_handle(std::move(work), finish, what, impl_->options);
+  return make_handle(std::move(work), finish, what, *impl_);
 }
 
 CommHandle Communicator::broadcast(const at::Tensor& tensor, int root) {
@@ -385,7 +396,7 @@ CommHandle Communicator::broadcast(const at::Tensor& tensor, int root) {
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   auto work = impl_->group->broadcast(tensors, opts);
-  return make_handle(std::move(work), nullptr, what, impl_->options);
+  return make_handle(std::move(work), nullptr, what, *impl_);
 }
 
 CommHandle Communicator::all_to_all(const at::Tensor& output, const at::Tensor& input,
@@ -439,7 +450,7 @@ CommHandle Communicator::all_to_all(const at::Tensor& output, const at::Tensor& 
   at::Tensor send = flat_bytes(input).view({in_rows, row_bytes});
   at::Tensor recv = flat_bytes(output).view({out_rows, row_bytes});
   auto work = impl_->group->alltoall_base(recv, send, out_splits, in_splits);
-  return make_handle(std::move(work), nullptr, what, impl_->options);
+  return make_handle(std::move(work), nullptr, what, *impl_);
 }
 
 CommHandle Communicator::send(const at::Tensor& tensor, int dst, int tag) {
@@ -450,7 +461,7 @@ CommHandle Communicator::send(const at::Tensor& tensor, int dst, int tag) {
   record(*impl_, CollectiveKind::kSend, bytes_of(tensor));
   std::vector<at::Tensor> tensors{flat_bytes(tensor)};
   auto work = impl_->group->send(tensors, dst, tag);
-  return make_handle(std::move(work), nullptr, what, impl_->options);
+  return make_handle(std::move(work), nullptr, what, *impl_);
 }
 
 CommHandle Communicator::recv(const at::Tensor& tensor, int src, int tag) {
@@ -461,14 +472,14 @@ CommHandle Communicator::recv(const at::Tensor& tensor, int src, int tag) {
   record(*impl_, CollectiveKind::kRecv, bytes_of(tensor));
   std::vector<at::Tensor> tensors{flat_bytes(tensor)};
   auto work = impl_->group->recv(tensors, src, tag);
-  return make_handle(std::move(work), nullptr, what, impl_->options);
+  return make_handle(std::move(work), nullptr, what, *impl_);
 }
 
 CommHandle Communicator::barrier() {
   const std::string what = describe(*this, "barrier");
   record(*impl_, CollectiveKind::kBarrier, 0);
   auto work = impl_->group->barrier();
-  return make_handle(std::move(work), nullptr, what, impl_->options);
+  return make_handle(std::move(work), nullptr, what, *impl_);
 }
 
 }  // namespace hyperparallel::comm

@@ -5,6 +5,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <atomic>
 #include <functional>
 #include <mutex>
 
@@ -30,6 +31,8 @@ struct Communicator::Impl {
   static constexpr int kInternalTagBase = 1 << 30;
   uint32_t internal_p2p_seq = 0;
   uint64_t delay_rng_state = 0;  // for options.inject_delay_max_ms
+  // Time callers spent blocked in wait() on this communicator's handles ("exposed" time).
+  std::shared_ptr<std::atomic<int64_t>> wait_ns = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 // Waits for c10d Works (one collective, or the sends and receives of a point-to-point
@@ -38,7 +41,8 @@ struct Communicator::Impl {
 class WirePendingWork : public PendingWork {
  public:
   WirePendingWork(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish,
-                  std::string what, std::chrono::milliseconds default_timeout);
+                  std::string what, std::chrono::milliseconds default_timeout,
+                  std::shared_ptr<std::atomic<int64_t>> wait_ns);
   void wait(std::optional<std::chrono::milliseconds> timeout) override;
   bool is_completed() override;
 
@@ -47,6 +51,7 @@ class WirePendingWork : public PendingWork {
   std::function<void()> finish_;
   std::string what_;
   std::chrono::milliseconds default_timeout_;
+  std::shared_ptr<std::atomic<int64_t>> wait_ns_;
 };
 
 // Waits for a c10d Work in the calling thread with a readable error; for finishing steps.

@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -95,6 +97,13 @@ std::vector<std::string> child_environment(const LaunchSpec& spec, int rank, int
       {"MASTER_ADDR", spec.master_addr},
       {"MASTER_PORT", std::to_string(port)},
   };
+  // N ranks on one machine each default to a thread per core for OpenMP and OpenBLAS, which
+  // oversubscribes the cores N times; give each rank its share unless the user chose.
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  const std::string share = std::to_string(std::max(1L, cores / spec.nproc_per_node));
+  for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+    if (!std::getenv(var)) set[var] = share;
+  }
   for (const auto& [k, v] : spec.extra_env) set[k] = v;
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {

@@ -24,6 +24,7 @@ SubprocessResult run_subprocess(const std::vector<std::string>& argv, const Subp
   const pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
+    for (const auto& k : options.unset_env) unsetenv(k.c_str());
     for (const auto& [k, v] : options.env) setenv(k.c_str(), v.c_str(), 1);
     dup2(out[1], 1);
     dup2(out[1], 2);

@@ -27,6 +27,7 @@ struct SubprocessOptions {
   };
   std::optional<SignalWhen> signal_when;
   std::vector<std::pair<std::string, std::string>> env;
+  std::vector<std::string> unset_env;
 };
 
 SubprocessResult run_subprocess(const std::vector<std::string>& argv, const SubprocessOptions& options = {});

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <regex>
 
 #include "support/subprocess.h"
@@ -31,6 +32,19 @@ TEST(Launcher, RanksGetTorchrunEnvironmentAndPrefixedOutput) {
   EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(\[rank 1\] r=1 w=2 l=1 lw=2 a=127\.0\.0\.1 p=[0-9]+)")))
       << r.output;
   EXPECT_NE(r.output.find("[rank 1] err"), std::string::npos) << r.output;
+}
+
+TEST(Launcher, RanksShareTheCoresForOpenMpAndBlas) {
+  testing::SubprocessOptions options;
+  options.unset_env = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"};
+  const long share = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN) / 2);
+  const auto r = run_subprocess(run_cli(2, "echo omp=$OMP_NUM_THREADS blas=$OPENBLAS_NUM_THREADS"), options);
+  EXPECT_NE(r.output.find("[rank 1] omp=" + std::to_string(share) + " blas=" + std::to_string(share)), std::string::npos)
+      << r.output;
+  options.unset_env.clear();
+  options.env = {{"OMP_NUM_THREADS", "7"}};  // the user's choice wins
+  const auto mine = run_subprocess(run_cli(2, "echo omp=$OMP_NUM_THREADS"), options);
+  EXPECT_NE(mine.output.find("[rank 0] omp=7"), std::string::npos) << mine.output;
 }
 
 TEST(Launcher, ARankExitingNonZeroStopsTheJobNamingTheRank) {

@@ -92,6 +92,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
 
   CommCounters counters() const;
   void reset_counters();
+  // Total time callers have spent blocked in wait() on this communicator's handles: the
+  // communication that computation did not hide.
+  double wait_seconds() const;
 
   Impl& impl() { return *impl_; }  // for src/comm only
 

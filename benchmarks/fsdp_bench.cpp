@@ -1,0 +1,149 @@
+// One training configuration of a ~25 M-parameter transformer-shaped model (embedding,
+// 6 blocks of norm + 640->2560->640 MLP, head tied to the embedding), for the FSDP table in
+// docs/benchmarks.md. scripts/bench_fsdp.sh runs every mode in one go:
+//   single        one process, no communication
+//   ddp           every rank holds the whole model; after backward one fused all-reduce
+//                 (avg) of all gradients, not overlapped with backward
+//   fsdp_unfused  fully_shard per block + root, one collective per parameter
+//   fsdp          fully_shard, fused collectives, prefetch 1, reduce-scatter overlapped
+// Prints one line: RESULT mode=... step_ms=... exposed=... rss_mb=... bytes_mb=... exact_mb=...
+// textbook_mb=... (exposed: time blocked in wait() / step time; bytes: sent per rank per step).
+#include <sys/resource.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "hyperparallel/comm/rendezvous.h"
+#include "hyperparallel/fsdp/fully_shard.h"
+#include "hyperparallel/fsdp/module_hooks.h"
+#include "hyperparallel/mesh/device_mesh.h"
+
+namespace hp = hyperparallel;
+
+namespace {
+
+constexpr int64_t kVocab = 8192, kDim = 640, kHidden = 2560, kLayers = 6, kSeq = 64, kBatch = 4;
+
+struct Block : torch::nn::Module {
+  Block() {
+    norm = register_parameter("norm", at::ones({kDim}));
+    fc1 = register_module("fc1", torch::nn::Linear(kDim, kHidden));
+    fc2 = register_module("fc2", torch::nn::Linear(kHidden, kDim));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    return hp::fsdp::hooked_forward(*this, x, [&](const at::Tensor& x) { return x + fc2(at::tanh(fc1(x * norm))); });
+  }
+  at::Tensor norm;
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+struct BenchLM : torch::nn::Module {
+  BenchLM() {
+    embed = register_module("embed", torch::nn::Embedding(kVocab, kDim));
+    for (int64_t i = 0; i < kLayers; ++i) blocks.push_back(register_module("layers" + std::to_string(i), std::make_shared<Block>()));
+  }
+  at::Tensor forward(const at::Tensor& tokens) {
+    return hp::fsdp::hooked_forward(*this, [&] {
+      at::Tensor h = embed(tokens);
+      for (auto& b : blocks) h = b->forward(h);
+      return at::matmul(h, embed->weight.t());
+    });
+  }
+  torch::nn::Embedding embed{nullptr};
+  std::vector<std::shared_ptr<Block>> blocks;
+};
+
+double peak_rss_mb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "fsdp";
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 6;
+  auto world = hp::comm::init_process_group(hp::comm::rendezvous_info_from_env());
+  const int n = world->size();
+  at::manual_seed(0);
+  auto model = std::make_shared<BenchLM>();
+  int64_t numel = 0;
+  for (const auto& p : model->parameters()) numel += p.numel();
+
+  auto mesh = hp::mesh::init_device_mesh(world, "cpu", {n}, {"dp_shard"});
+  auto comm = mesh.comm("dp_shard");
+  // Our design's exact traffic: blocks all-gather twice (forward, backward) and reduce-
+  // scatter once; the root keeps its parameters through backward, so it gathers once.
+  double exact_bytes = 0;
+  if (mode == "fsdp" || mode == "fsdp_unfused") {
+    hp::fsdp::FullyShardOptions options;
+    options.mesh = mesh;
+    options.comm_fusion = mode == "fsdp";
+    for (auto& b : model->blocks) exact_bytes += 3.0 * (n - 1) * hp::fsdp::fully_shard(*b, options).sharded_numel() * 4;
+    exact_bytes += 2.0 * (n - 1) * hp::fsdp::fully_shard(*model, options).sharded_numel() * 4;
+  }
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
+  at::Tensor ddp_flat = mode == "ddp" ? at::zeros({numel}) : at::Tensor();
+
+  std::vector<double> times;
+  double exposed = 0;
+  hp::comm::CommCounters bytes_before;
+  auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(100 + world->rank()));
+  for (int s = 0; s < steps + 2; ++s) {
+    if (s == 2) bytes_before = comm->counters();
+    const double wait_before = comm->wait_seconds();
+    at::Tensor seq = at::randint(0, kVocab, {kBatch, kSeq + 1}, gen, at::TensorOptions().dtype(at::kLong));
+    world->barrier().wait();
+    const auto t0 = std::chrono::steady_clock::now();
+    at::Tensor logits = model->forward(seq.narrow(1, 0, kSeq));
+    at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, kVocab}), seq.narrow(1, 1, kSeq).reshape({-1}));
+    opt.zero_grad();
+    loss.backward();
+    if (mode == "ddp" && n > 1) {
+      int64_t off = 0;
+      for (const auto& p : model->parameters()) {
+        ddp_flat.narrow(0, off, p.numel()).copy_(p.grad().reshape({-1}));
+        off += p.numel();
+      }
+      comm->all_reduce(ddp_flat, hp::comm::ReduceOp::kAvg).wait();
+      off = 0;
+      for (const auto& p : model->parameters()) {
+        p.mutable_grad().copy_(ddp_flat.narrow(0, off, p.numel()).view(p.sizes()));
+        off += p.numel();
+      }
+    }
+    opt.step();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= 2) {
+      times.push_back(dt);
+      exposed += comm->wait_seconds() - wait_before;
+    }
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  double total = 0;
+  for (double t : times) total += t;
+  const auto traffic = comm->counters() - bytes_before;
+  // FSDP's textbook traffic: all-gather in forward and backward plus a reduce-scatter, each
+  // moving (n-1)/n of the fp32 parameters per rank; DDP's: one all-reduce, 2 (n-1)/n.
+  const double param_bytes = static_cast<double>(numel) * 4;
+  const double textbook = mode == "ddp" ? 2.0 * (n - 1) / n * param_bytes : 3.0 * (n - 1) / n * param_bytes;
+  if (mode == "ddp") exact_bytes = 2.0 * (n - 1) * ((numel + n - 1) / n) * 4;
+  at::Tensor rss = at::tensor({peak_rss_mb()}, at::kDouble);
+  world->all_reduce(rss, hp::comm::ReduceOp::kMax).wait();
+  if (world->rank() == 0) {
+    std::printf("RESULT mode=%s ranks=%d params=%.1fM step_ms=%.1f exposed=%.3f rss_mb=%.0f bytes_mb=%.2f "
+                "exact_mb=%.2f textbook_mb=%.2f\n",
+                mode.c_str(), n, numel / 1e6, median * 1e3, exposed / total, rss.item<double>(),
+                static_cast<double>(traffic.total_bytes()) / steps / 1e6, exact_bytes / 1e6, n > 1 ? textbook / 1e6 : 0.0);
+  }
+  world->barrier().wait();
+  return 0;
+}
