@@ -130,6 +130,27 @@ Store make_store(const RendezvousInfo& info, const CommOptions& options) {
   return store;
 }
 
+// The variable names one launcher uses.
+struct LauncherVars {
+  const char* source;
+  const char* rank;
+  const char* world_size;
+  const char* local_rank;
+  const char* local_world_size;
+};
+
+RendezvousInfo read_launcher_vars(const EnvLookup& env, const LauncherVars& vars) {
+  RendezvousInfo info;
+  info.source = vars.source;
+  info.rank = parse_int(env, vars.rank, 0);
+  info.world_size = parse_int(env, vars.world_size, 1);
+  info.local_rank = parse_int_or(env, vars.local_rank, 0, info.rank);
+  info.local_world_size = parse_int_or(env, vars.local_world_size, 1, info.world_size);
+  check_ranks(info, vars.rank, vars.world_size);
+  read_master(env, info, info.local_world_size == info.world_size);
+  return info;
+}
+
 }  // namespace
 
 EnvLookup process_environment() {
@@ -147,24 +168,11 @@ RendezvousInfo rendezvous_info_from_env(const EnvLookup& env) {
       throw UserError(std::string(env("RANK") ? "RANK" : "WORLD_SIZE") + " is set but " +
                       (env("RANK") ? "WORLD_SIZE" : "RANK") + " is not; set both (torchrun-style) or neither");
     }
-    info.source = "torchrun";
-    info.rank = parse_int(env, "RANK", 0);
-    info.world_size = parse_int(env, "WORLD_SIZE", 1);
-    info.local_rank = parse_int_or(env, "LOCAL_RANK", 0, info.rank);
-    info.local_world_size = parse_int_or(env, "LOCAL_WORLD_SIZE", 1, info.world_size);
-    check_ranks(info, "RANK", "WORLD_SIZE");
-    read_master(env, info, info.local_world_size == info.world_size);
-    return info;
+    return read_launcher_vars(env, {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
   }
   if (env("OMPI_COMM_WORLD_RANK")) {
-    info.source = "Open MPI";
-    info.rank = parse_int(env, "OMPI_COMM_WORLD_RANK", 0);
-    info.world_size = parse_int(env, "OMPI_COMM_WORLD_SIZE", 1);
-    info.local_rank = parse_int_or(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0, info.rank);
-    info.local_world_size = parse_int_or(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, info.world_size);
-    check_ranks(info, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
-    read_master(env, info, info.local_world_size == info.world_size);
-    return info;
+    return read_launcher_vars(env, {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"});
   }
   if (env("SLURM_PROCID")) {
     info.source = "Slurm";

@@ -13,21 +13,26 @@ int FSDPRoot::position(FSDPUnit* unit) const {
   return it == forward_order_.end() ? -1 : static_cast<int>(it - forward_order_.begin());
 }
 
+void FSDPRoot::prefetch(FSDPUnit* unit, const std::optional<std::vector<FSDPUnit*>>& explicit_list, int depth,
+                        int direction) {
+  if (explicit_list) {
+    for (FSDPUnit* other : *explicit_list) other->unshard_async();
+    return;
+  }
+  const int at = position(unit);
+  for (int d = 1; at >= 0 && d <= depth; ++d) {
+    const int other = at + direction * d;
+    if (other >= 0 && other < static_cast<int>(forward_order_.size())) forward_order_[other]->unshard_async();
+  }
+}
+
 void FSDPRoot::on_pre_forward(FSDPUnit* unit) {
   if (unit->is_root()) return;
   if (!order_final_) {
     if (position(unit) < 0) forward_order_.push_back(unit);
     return;  // no prefetch before the order is known
   }
-  const auto& explicit_list = unit->settings().forward_prefetch;
-  if (explicit_list) {
-    for (FSDPUnit* next : *explicit_list) next->unshard_async();
-    return;
-  }
-  const int at = position(unit);
-  for (int d = 1; at >= 0 && d <= unit->settings().forward_prefetch_depth; ++d) {
-    if (at + d < static_cast<int>(forward_order_.size())) forward_order_[at + d]->unshard_async();
-  }
+  prefetch(unit, unit->settings().forward_prefetch, unit->settings().forward_prefetch_depth, +1);
 }
 
 void FSDPRoot::on_pre_backward(FSDPUnit* unit) {
@@ -37,15 +42,7 @@ void FSDPRoot::on_pre_backward(FSDPUnit* unit) {
     torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
   }
   if (unit->is_root()) return;
-  const auto& explicit_list = unit->settings().backward_prefetch;
-  if (explicit_list) {
-    for (FSDPUnit* prev : *explicit_list) prev->unshard_async();
-    return;
-  }
-  const int at = position(unit);
-  for (int d = 1; at >= 0 && d <= unit->settings().backward_prefetch_depth; ++d) {
-    if (at - d >= 0) forward_order_[at - d]->unshard_async();
-  }
+  prefetch(unit, unit->settings().backward_prefetch, unit->settings().backward_prefetch_depth, -1);
 }
 
 void FSDPRoot::finish_backward() {

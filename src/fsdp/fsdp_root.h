@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "flat_buffers.h"
@@ -33,6 +34,9 @@ class FSDPRoot {
 
  private:
   int position(FSDPUnit* unit) const;
+  // All-gather ahead: the explicit list if set, else `depth` units in `direction` (+1 later
+  // in forward order, -1 earlier).
+  void prefetch(FSDPUnit* unit, const std::optional<std::vector<FSDPUnit*>>& explicit_list, int depth, int direction);
 
   std::vector<FSDPUnit*> units_;          // the root first, then module order
   std::vector<FSDPUnit*> forward_order_;  // non-root units, as first seen in forward

@@ -74,7 +74,15 @@ FSDPModule fully_shard(torch::nn::Module& module, const FullyShardOptions& optio
 }
 
 UnitState FSDPModule::state() const { return unit_->state(); }
-void FSDPModule::unshard() { unit_->unshard(); }
+UnshardHandle FSDPModule::unshard() {
+  unit_->unshard_async();
+  return UnshardHandle(unit_);
+}
+
+void UnshardHandle::wait() {
+  if (unit_) unit_->unshard();
+  unit_.reset();
+}
 void FSDPModule::reshard() { unit_->reshard(); }
 int64_t FSDPModule::sharded_numel() const { return unit_->sharded_numel(); }
 int64_t FSDPModule::unsharded_numel() const { return unit_->unsharded_numel(); }

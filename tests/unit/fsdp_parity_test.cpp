@@ -449,7 +449,9 @@ TEST(FsdpShards, ParametersHoldCeilRowsAndOptimizerSeesShards) {
     const int64_t block_numel = 14 * kDim + 14 + 8 * kHidden + 8 + 8;  // fc1 w,b; fc2 w,b; norm
     EXPECT_EQ(unit.sharded_numel(), block_numel);
     EXPECT_EQ(unit.unsharded_numel(), 3 * block_numel);
-    unit.unshard();
+    auto pending = unit.unshard();  // issued; the parameters are still shards
+    EXPECT_EQ(unit.state(), fsdp::UnitState::kSharded);
+    pending.wait();
     EXPECT_EQ(model->blocks[0]->fc1->weight.sizes(), (std::vector<int64_t>{kHidden, kDim}));
     EXPECT_EQ(unit.state(), fsdp::UnitState::kUnsharded);
     unit.reshard();

@@ -102,12 +102,22 @@ const char* to_string(UnitState state);
 
 class FSDPUnit;  // src/fsdp/fsdp_unit.h
 
+// An all-gather issued by FSDPModule::unshard(); the unit's parameters are full after wait().
+class UnshardHandle {
+ public:
+  explicit UnshardHandle(std::shared_ptr<FSDPUnit> unit) : unit_(std::move(unit)) {}
+  void wait();
+
+ private:
+  std::shared_ptr<FSDPUnit> unit_;
+};
+
 // The handle fully_shard returns; the unit itself lives on the module (module_hooks.h).
 class FSDPModule {
  public:
   explicit FSDPModule(std::shared_ptr<FSDPUnit> unit) : unit_(std::move(unit)) {}
   UnitState state() const;
-  void unshard();  // all-gather now (blocking)
+  UnshardHandle unshard();  // issue the all-gather now; wait() on the handle to use the parameters
   void reshard();  // free the full parameters
 
   // Runtime settings; each applies to this unit and every unit below it.
