@@ -1,5 +1,7 @@
 #include "fsdp_unit.h"
 
+#include <algorithm>
+
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
@@ -58,10 +60,10 @@ const char* to_string(UnitState state) {
 
 // ---- construction ------------------------------------------------------------------------
 
-FSDPUnit::FSDPUnit(torch::nn::Module& module, NamedTensors params, NamedTensors replicated,
+FSDPUnit::FSDPUnit(std::vector<torch::nn::Module*> modules, std::vector<Param> params, NamedTensors replicated,
                    std::shared_ptr<comm::Communicator> shard_comm, std::shared_ptr<comm::Communicator> replicate_comm,
                    std::shared_ptr<comm::Communicator> dp_comm, const FullyShardOptions& options)
-    : module_(module),
+    : modules_(std::move(modules)),
       shard_comm_(std::move(shard_comm)),
       replicate_comm_(std::move(replicate_comm)),
       dp_comm_(std::move(dp_comm)),
@@ -97,13 +99,14 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, NamedTensors params, NamedTensors 
   }
   const int64_t n = shard_comm_->size(), me = shard_comm_->rank();
   int64_t shard_total = 0;
-  for (auto& [name, p] : params) {
+  for (auto& [name, p, module_index] : params) {
     if (p.scalar_type() != at::kFloat) {
       throw UserError("fully_shard: parameter " + name + " is " + std::string(c10::toString(p.scalar_type())) +
                       "; parameters must be fp32 masters (mixed precision is not supported yet)");
     }
     ShardedParam sp;
     sp.name = name;
+    sp.module_index = module_index;
     sp.param = p;
     sp.shape = p.sizes().vec();
     if (options.shard_placement_fn) {
@@ -154,8 +157,12 @@ void FSDPUnit::join_root(std::shared_ptr<FSDPRoot> root, bool is_root) {
 
 std::vector<FSDPUnit*> FSDPUnit::units_below() {
   std::vector<FSDPUnit*> units;
-  for (const auto& item : module_.named_modules()) {
-    if (auto* unit = dynamic_cast<FSDPUnit*>(find_hooks(*item.value()))) units.push_back(unit);
+  units.push_back(this);
+  for (torch::nn::Module* module : modules_) {
+    for (const auto& item : module->named_modules()) {
+      auto* unit = dynamic_cast<FSDPUnit*>(find_hooks(*item.value()));
+      if (unit && std::find(units.begin(), units.end(), unit) == units.end()) units.push_back(unit);
+    }
   }
   return units;
 }
@@ -197,7 +204,7 @@ void FSDPUnit::load_full(size_t i, const at::Tensor& full) {
 
 void FSDPUnit::transition(UnitState from, UnitState to) {
   if (state_ != from) {
-    throw std::logic_error(std::string("FSDP unit ") + module_.name() + ": transition " + to_string(from) + " -> " +
+    throw std::logic_error(std::string("FSDP unit ") + modules_.front()->name() + ": transition " + to_string(from) + " -> " +
                            to_string(to) + " from state " + to_string(state_));
   }
   state_ = to;
@@ -310,7 +317,10 @@ at::Tensor FSDPUnit::cast_input(at::Tensor input) {
 }
 
 at::Tensor FSDPUnit::post_forward(at::Tensor output) {
-  if (!is_root_ && settings_.reshard_after_forward) {
+  // A unit over a list of modules keeps its parameters until the last of them has run.
+  const bool last = ++forwards_done_ >= modules_.size();
+  if (last) forwards_done_ = 0;
+  if (last && !is_root_ && settings_.reshard_after_forward) {
     if (settings_.post_forward_group > 0) {
       reshard_post_forward();
     } else {
@@ -332,6 +342,7 @@ at::Tensor FSDPUnit::post_forward(at::Tensor output) {
 void FSDPUnit::pre_backward() {
   if (in_backward_) return;  // an output used twice fires twice
   in_backward_ = true;
+  forwards_done_ = 0;
   unshard();
   root_->on_pre_backward(this);
   if (!accumulating_) {

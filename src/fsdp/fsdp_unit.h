@@ -35,7 +35,8 @@ class FSDPRoot;
 // A parameter sharded on `shard_dim`: the buffers hold it with that dim moved to the front
 // (so each rank's piece is contiguous rows), and views swap it back with strides.
 struct ShardedParam {
-  std::string name;  // relative to the unit's module
+  std::string name;  // relative to its module
+  size_t module_index = 0;  // which of the unit's modules registers it
   at::Tensor param;  // the module's parameter (identity kept)
   std::vector<int64_t> shape;  // full shape
   int64_t shard_dim = 0;
@@ -73,7 +74,14 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
   // `params` are sharded over shard_comm; `replicated` stay whole, their gradients all-reduced
   // over dp_comm (every data-parallel rank). replicate_comm: HSDP's replica axis, or null.
-  FSDPUnit(torch::nn::Module& module, NamedTensors params, NamedTensors replicated,
+  // One unit over `modules` (one, or a list that forms one unit); `params` and `replicated`
+  // come with the index of the module that registers each.
+  struct Param {
+    std::string name;
+    at::Tensor tensor;
+    size_t module_index;
+  };
+  FSDPUnit(std::vector<torch::nn::Module*> modules, std::vector<Param> params, NamedTensors replicated,
            std::shared_ptr<comm::Communicator> shard_comm, std::shared_ptr<comm::Communicator> replicate_comm,
            std::shared_ptr<comm::Communicator> dp_comm, const FullyShardOptions& options);
 
@@ -92,14 +100,14 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   bool is_root() const { return is_root_; }
   UnitSettings& settings() { return settings_; }
   const std::vector<ShardedParam>& params() const { return params_; }
-  torch::nn::Module& module() const { return module_; }
+  const std::vector<torch::nn::Module*>& modules() const { return modules_; }
   int64_t sharded_numel() const { return sharded_.numel(); }
   int64_t unsharded_numel() const { return sharded_.numel() * shard_comm_->size(); }
   FSDPRoot* root() const { return root_.get(); }
   int global_rank() const { return shard_comm_->global_rank(); }
   void join_root(std::shared_ptr<FSDPRoot> root, bool is_root);
 
-  // Units in the subtree of this unit's module (itself first).
+  // Units in the subtrees of this unit's modules (itself first), each once.
   std::vector<FSDPUnit*> units_below();
   // The full fp32 master of every parameter (collective; the unit's state is unchanged).
   std::vector<at::Tensor> gather_full_masters();
@@ -117,7 +125,8 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   void point_params_at_sharded();
   void transition(UnitState from, UnitState to);
 
-  torch::nn::Module& module_;
+  std::vector<torch::nn::Module*> modules_;
+  size_t forwards_done_ = 0;  // of modules_ this step: a list unit reshards after the last
   std::shared_ptr<comm::Communicator> shard_comm_;
   std::shared_ptr<comm::Communicator> replicate_comm_;  // HSDP only
   std::shared_ptr<comm::Communicator> dp_comm_;         // every data-parallel rank

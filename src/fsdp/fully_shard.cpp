@@ -3,6 +3,7 @@
 
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <set>
 
 #include "fsdp_root.h"
@@ -21,6 +22,10 @@ std::string join(const std::string& prefix, const std::string& name) { return pr
 }  // namespace
 
 FSDPModule fully_shard(torch::nn::Module& module, const FullyShardOptions& options) {
+  return fully_shard(std::vector<torch::nn::Module*>{&module}, options);
+}
+
+FSDPModule fully_shard(const std::vector<torch::nn::Module*>& modules, const FullyShardOptions& options) {
   if (!options.mesh) {
     throw UserError("fully_shard: FullyShardOptions::mesh is empty; pass a 1-D mesh, e.g. "
                     "init_device_mesh(world, \"cpu\", {world->size()}, {\"dp_shard\"})");
@@ -32,44 +37,53 @@ FSDPModule fully_shard(torch::nn::Module& module, const FullyShardOptions& optio
   if (options.forward_prefetch_depth < 0 || options.backward_prefetch_depth < 0) {
     throw UserError("fully_shard: prefetch depths must be >= 0 (0 turns prefetching off)");
   }
-  if (find_hooks(module)) throw UserError("fully_shard: module " + module.name() + " is already sharded");
-
-  // Parameters owned by units below this module, and where those units sit.
-  std::set<const c10::TensorImpl*> owned_below;
-  std::vector<std::string> unit_prefixes;
-  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
-    auto* unit = dynamic_cast<FSDPUnit*>(find_hooks(*item.value()));
-    if (!unit) continue;
-    unit_prefixes.push_back(item.key());
-    for (const auto& sp : unit->params()) owned_below.insert(sp.param.unsafeGetTensorImpl());
+  if (modules.empty()) throw UserError("fully_shard: the list of modules is empty");
+  for (torch::nn::Module* module : modules) {
+    if (find_hooks(*module)) throw UserError("fully_shard: module " + module->name() + " is already sharded");
   }
 
   std::set<const c10::TensorImpl*> ignored, replicate;
   for (const auto& t : options.ignored_params) ignored.insert(t.unsafeGetTensorImpl());
   for (const auto& t : options.replicate_params) replicate.insert(t.unsafeGetTensorImpl());
-  FSDPUnit::NamedTensors params, replicated;
+  std::vector<FSDPUnit::Param> params;
+  FSDPUnit::NamedTensors replicated;
   std::set<const c10::TensorImpl*> seen;
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
-    const c10::TensorImpl* impl = item.value().unsafeGetTensorImpl();
-    bool in_unit_subtree = false;
-    for (const auto& prefix : unit_prefixes) in_unit_subtree |= under(item.key(), prefix);
-    if (owned_below.count(impl)) {
-      if (!in_unit_subtree) {
-        throw UserError("fully_shard: parameter " + item.key() +
-                        " is tied to a parameter of a unit below this module; tied parameters must be in one "
-                        "unit: apply fully_shard to a module that contains every use (e.g. the root) instead");
-      }
-      continue;
+  for (size_t m = 0; m < modules.size(); ++m) {
+    // Parameters owned by units below this module, and where those units sit.
+    std::set<const c10::TensorImpl*> owned_below;
+    std::vector<std::string> unit_prefixes;
+    for (const auto& item : modules[m]->named_modules("", /*include_self=*/false)) {
+      auto* unit = dynamic_cast<FSDPUnit*>(find_hooks(*item.value()));
+      if (!unit) continue;
+      unit_prefixes.push_back(item.key());
+      for (const auto& sp : unit->params()) owned_below.insert(sp.param.unsafeGetTensorImpl());
     }
-    if (in_unit_subtree || !seen.insert(impl).second || ignored.count(impl)) continue;
-    (replicate.count(impl) ? replicated : params).emplace_back(item.key(), item.value());
+    for (const auto& item : modules[m]->named_parameters(/*recurse=*/true)) {
+      const c10::TensorImpl* impl = item.value().unsafeGetTensorImpl();
+      bool in_unit_subtree = false;
+      for (const auto& prefix : unit_prefixes) in_unit_subtree |= under(item.key(), prefix);
+      if (owned_below.count(impl)) {
+        if (!in_unit_subtree) {
+          throw UserError("fully_shard: parameter " + item.key() +
+                          " is tied to a parameter of a unit below this module; tied parameters must be in one "
+                          "unit: apply fully_shard to a module that contains every use (e.g. the root) instead");
+        }
+        continue;
+      }
+      if (in_unit_subtree || !seen.insert(impl).second || ignored.count(impl)) continue;
+      if (replicate.count(impl)) {
+        replicated.emplace_back(item.key(), item.value());
+      } else {
+        params.push_back({item.key(), item.value(), m});
+      }
+    }
   }
   const auto& names = options.mesh->axis_names();
   auto shard_comm = options.mesh->comm(names.back());
   auto replicate_comm = names.size() == 2 ? options.mesh->comm(names.front()) : nullptr;
-  auto unit = std::make_shared<FSDPUnit>(module, std::move(params), std::move(replicated), shard_comm, replicate_comm,
+  auto unit = std::make_shared<FSDPUnit>(modules, std::move(params), std::move(replicated), shard_comm, replicate_comm,
                                          options.mesh->comm(), options);
-  attach_hooks(module, unit);
+  for (torch::nn::Module* module : modules) attach_hooks(*module, unit);
   return FSDPModule(unit);
 }
 
@@ -131,33 +145,26 @@ void FSDPModule::reset_max_live_unsharded_units() {
   if (unit_->root()) unit_->root()->reset_max_live();
 }
 
-std::map<std::string, at::Tensor> full_parameters(torch::nn::Module& root) {
-  std::map<std::string, at::Tensor> out;
-  std::set<const c10::TensorImpl*> done;
-  for (const auto& item : root.named_modules()) {
-    auto* unit = dynamic_cast<FSDPUnit*>(find_hooks(*item.value()));
-    if (!unit) continue;
-    const std::vector<at::Tensor> full = unit->gather_full_masters();
-    for (size_t i = 0; i < full.size(); ++i) {
-      out[join(item.key(), unit->params()[i].name)] = full[i];
-      done.insert(unit->params()[i].param.unsafeGetTensorImpl());
-    }
-  }
-  for (const auto& item : root.named_parameters()) {
-    if (!done.count(item.value().unsafeGetTensorImpl())) out[item.key()] = item.value().detach().clone();
-  }
-  return out;
-}
-
 namespace {
 
-// Every unit under `root` with its module path, in module order (the same on every rank).
-std::vector<std::pair<std::string, FSDPUnit*>> units_with_paths(torch::nn::Module& root) {
-  std::vector<std::pair<std::string, FSDPUnit*>> units;
-  for (const auto& item : root.named_modules()) {
-    if (auto* unit = dynamic_cast<FSDPUnit*>(find_hooks(*item.value()))) units.emplace_back(item.key(), unit);
+// Every unit under `root`, once each, in module order (the same on every rank), and the path
+// of every module under `root` (to name a unit's parameters by their own module).
+struct UnitsAndPaths {
+  std::vector<FSDPUnit*> units;
+  std::map<const torch::nn::Module*, std::string> paths;
+  std::string key(const FSDPUnit& unit, const ShardedParam& sp) const {
+    return join(paths.at(unit.modules()[sp.module_index]), sp.name);
   }
-  return units;
+};
+
+UnitsAndPaths units_under(torch::nn::Module& root) {
+  UnitsAndPaths out;
+  for (const auto& item : root.named_modules()) {
+    out.paths[item.value().get()] = item.key();
+    auto* unit = dynamic_cast<FSDPUnit*>(find_hooks(*item.value()));
+    if (unit && std::find(out.units.begin(), out.units.end(), unit) == out.units.end()) out.units.push_back(unit);
+  }
+  return out;
 }
 
 std::string shape_text(at::IntArrayRef shape) {
@@ -184,12 +191,30 @@ void check_keys(const std::set<std::string>& expected, const Map& state) {
 
 }  // namespace
 
+std::map<std::string, at::Tensor> full_parameters(torch::nn::Module& root) {
+  std::map<std::string, at::Tensor> out;
+  std::set<const c10::TensorImpl*> done;
+  const UnitsAndPaths found = units_under(root);
+  for (FSDPUnit* unit : found.units) {
+    const std::vector<at::Tensor> full = unit->gather_full_masters();
+    for (size_t i = 0; i < full.size(); ++i) {
+      out[found.key(*unit, unit->params()[i])] = full[i];
+      done.insert(unit->params()[i].param.unsafeGetTensorImpl());
+    }
+  }
+  for (const auto& item : root.named_parameters()) {
+    if (!done.count(item.value().unsafeGetTensorImpl())) out[item.key()] = item.value().detach().clone();
+  }
+  return out;
+}
+
 std::map<std::string, ShardedTensor> sharded_state_dict(torch::nn::Module& root) {
   std::map<std::string, ShardedTensor> out;
   std::set<const c10::TensorImpl*> done;
-  for (const auto& [path, unit] : units_with_paths(root)) {
+  const UnitsAndPaths found = units_under(root);
+  for (FSDPUnit* unit : found.units) {
     for (size_t i = 0; i < unit->params().size(); ++i) {
-      out[join(path, unit->params()[i].name)] = unit->local_shard(i);
+      out[found.key(*unit, unit->params()[i])] = unit->local_shard(i);
       done.insert(unit->params()[i].param.unsafeGetTensorImpl());
     }
   }
@@ -204,8 +229,8 @@ std::map<std::string, ShardedTensor> sharded_state_dict(torch::nn::Module& root)
 std::map<std::string, at::Tensor> full_state_dict(torch::nn::Module& root, bool rank0_only) {
   auto full = full_parameters(root);
   if (!rank0_only) return full;
-  const auto units = units_with_paths(root);
-  const bool rank0 = units.empty() || units.front().second->global_rank() == 0;
+  const auto units = units_under(root).units;
+  const bool rank0 = units.empty() || units.front()->global_rank() == 0;
   if (!rank0) full.clear();
   return full;
 }
@@ -226,10 +251,11 @@ void load_sharded_state_dict(torch::nn::Module& root, const std::map<std::string
   }
   at::NoGradGuard no_grad;
   std::set<const c10::TensorImpl*> done;
-  for (const auto& [path, unit] : units_with_paths(root)) {
+  const UnitsAndPaths found = units_under(root);
+  for (FSDPUnit* unit : found.units) {
     unit->reshard();
     for (size_t i = 0; i < unit->params().size(); ++i) {
-      unit->load_local_rows(i, state.at(join(path, unit->params()[i].name)).local);
+      unit->load_local_rows(i, state.at(found.key(*unit, unit->params()[i])).local);
       done.insert(unit->params()[i].param.unsafeGetTensorImpl());
     }
   }
@@ -239,12 +265,12 @@ void load_sharded_state_dict(torch::nn::Module& root, const std::map<std::string
 }
 
 void load_full_state_dict(torch::nn::Module& root, const std::map<std::string, at::Tensor>& state) {
-  const auto units = units_with_paths(root);
+  const UnitsAndPaths found = units_under(root);
   std::map<std::string, std::vector<int64_t>> shapes;
   std::set<const c10::TensorImpl*> managed;
-  for (const auto& [path, unit] : units) {
+  for (FSDPUnit* unit : found.units) {
     for (const auto& sp : unit->params()) {
-      shapes[join(path, sp.name)] = sp.shape;
+      shapes[found.key(*unit, sp)] = sp.shape;
       managed.insert(sp.param.unsafeGetTensorImpl());
     }
   }
@@ -262,10 +288,10 @@ void load_full_state_dict(torch::nn::Module& root, const std::map<std::string, a
   }
   at::NoGradGuard no_grad;
   std::set<const c10::TensorImpl*> done;
-  for (const auto& [path, unit] : units) {
+  for (FSDPUnit* unit : found.units) {
     unit->reshard();
     for (size_t i = 0; i < unit->params().size(); ++i) {
-      unit->load_full(i, state.at(join(path, unit->params()[i].name)).to(at::kFloat));
+      unit->load_full(i, state.at(found.key(*unit, unit->params()[i])).to(at::kFloat));
       done.insert(unit->params()[i].param.unsafeGetTensorImpl());
     }
   }

@@ -111,6 +111,7 @@ struct FsdpRun {
   bool offload = false;
   int reshard_group = 0;  // reshard_after_forward = k
   bool shard_dim1 = false;  // shard_placement_fn: 2-D weights on dim 1
+  bool list_unit = false;   // blocks 0 and 1 form one unit
 };
 
 void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
@@ -142,7 +143,12 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
   options.comm_fusion = run.comm_fusion;
   options.forward_prefetch_depth = options.backward_prefetch_depth = run.prefetch_depth;
   std::vector<fsdp::FSDPModule> units;
-  for (auto& b : model->blocks) units.push_back(fsdp::fully_shard(*b, options));
+  if (run.list_unit) {
+    units.push_back(fsdp::fully_shard({model->blocks[0].get(), model->blocks[1].get()}, options));
+    units.push_back(fsdp::fully_shard(*model->blocks[2], options));
+  } else {
+    for (auto& b : model->blocks) units.push_back(fsdp::fully_shard(*b, options));
+  }
   units.push_back(fsdp::fully_shard(*model, options));
   fsdp::FSDPModule& root = units.back();
   if (run.shard_dim1) {
@@ -354,6 +360,12 @@ TEST(FsdpFeatures, ShardPlacementOnDim1) {
       expect_parity(ctx, run);
     });
   }
+}
+
+TEST(FsdpFeatures, AListOfModulesFormsOneUnit) {
+  FsdpRun run;
+  run.list_unit = true;
+  testing::run_on_ranks(3, [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
 }
 
 TEST(FsdpFeatures, CpuOffloadStaysExact) {

@@ -148,6 +148,9 @@ class FSDPModule {
 };
 
 FSDPModule fully_shard(torch::nn::Module& module, const FullyShardOptions& options);
+// One unit over several modules (e.g. a few small layers): all-gathered when the first of
+// them runs forward, resharded after the last.
+FSDPModule fully_shard(const std::vector<torch::nn::Module*>& modules, const FullyShardOptions& options);
 
 // Every parameter of `root` by its full name, unsharded (padding removed), from the fp32
 // masters, on every rank. Collective over each unit's ranks.
