@@ -1,5 +1,6 @@
-// One training configuration of a ~25 M-parameter transformer-shaped model (embedding,
-// 6 blocks of norm + 640->2560->640 MLP, head tied to the embedding), for the FSDP table in
+// One training configuration of a ~25 M-parameter transformer-shaped model (ToyLM from
+// tests/support/toy_lm.h: embedding, 6 blocks of norm + 640->2560->640 MLP, a final norm,
+// head tied to the embedding), for the FSDP table in
 // docs/benchmarks.md. scripts/bench_fsdp.sh runs every mode in one go:
 //   single        one process, no communication
 //   ddp           every rank holds the whole model; after backward one fused all-reduce
@@ -10,8 +11,6 @@
 // textbook_mb=... (exposed: time blocked in wait() / step time; bytes: sent per rank per step).
 #include <sys/resource.h>
 #include <torch/nn/module.h>
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
@@ -23,41 +22,13 @@
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/fsdp/module_hooks.h"
 #include "hyperparallel/mesh/device_mesh.h"
+#include "support/toy_lm.h"
 
 namespace hp = hyperparallel;
 
 namespace {
 
 constexpr int64_t kVocab = 8192, kDim = 640, kHidden = 2560, kLayers = 6, kSeq = 64, kBatch = 4;
-
-struct Block : torch::nn::Module {
-  Block() {
-    norm = register_parameter("norm", at::ones({kDim}));
-    fc1 = register_module("fc1", torch::nn::Linear(kDim, kHidden));
-    fc2 = register_module("fc2", torch::nn::Linear(kHidden, kDim));
-  }
-  at::Tensor forward(const at::Tensor& x) {
-    return hp::fsdp::hooked_forward(*this, x, [&](const at::Tensor& x) { return x + fc2(at::tanh(fc1(x * norm))); });
-  }
-  at::Tensor norm;
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-};
-
-struct BenchLM : torch::nn::Module {
-  BenchLM() {
-    embed = register_module("embed", torch::nn::Embedding(kVocab, kDim));
-    for (int64_t i = 0; i < kLayers; ++i) blocks.push_back(register_module("layers" + std::to_string(i), std::make_shared<Block>()));
-  }
-  at::Tensor forward(const at::Tensor& tokens) {
-    return hp::fsdp::hooked_forward(*this, [&] {
-      at::Tensor h = embed(tokens);
-      for (auto& b : blocks) h = b->forward(h);
-      return at::matmul(h, embed->weight.t());
-    });
-  }
-  torch::nn::Embedding embed{nullptr};
-  std::vector<std::shared_ptr<Block>> blocks;
-};
 
 double peak_rss_mb() {
   rusage usage{};
@@ -73,7 +44,7 @@ int main(int argc, char** argv) {
   auto world = hp::comm::init_process_group(hp::comm::rendezvous_info_from_env());
   const int n = world->size();
   at::manual_seed(0);
-  auto model = std::make_shared<BenchLM>();
+  auto model = std::make_shared<hp::testing::ToyLM>(kVocab, kDim, kHidden, kLayers);
   int64_t numel = 0;
   for (const auto& p : model->parameters()) numel += p.numel();
 

@@ -31,12 +31,13 @@ class BenchLM(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(VOCAB, DIM)
         self.layers = nn.ModuleList([Block() for _ in range(LAYERS)])
+        self.final_norm = nn.Parameter(torch.ones(DIM))
 
     def forward(self, tokens):
         h = self.embed(tokens)
         for block in self.layers:
             h = block(h)
-        return h @ self.embed.weight.t()
+        return (h * self.final_norm) @ self.embed.weight.t()
 
 
 def main():

@@ -16,48 +16,18 @@
 #include "hyperparallel/mesh/device_mesh.h"
 #include "hyperparallel/platform/user_error.h"
 #include "support/multiprocess.h"
+#include "support/toy_lm.h"
 
 namespace hyperparallel {
 namespace {
 
-using fsdp::hooked_forward;
-
 constexpr int64_t kVocab = 37, kDim = 24, kHidden = 40, kLayers = 3, kSeq = 8, kBatch = 12;
 
-struct Block : torch::nn::Module {
-  Block() {
-    norm = register_parameter("norm", at::ones({kDim}));
-    fc1 = register_module("fc1", torch::nn::Linear(kDim, kHidden));
-    fc2 = register_module("fc2", torch::nn::Linear(kHidden, kDim));
-  }
-  at::Tensor forward(const at::Tensor& x) {
-    return hooked_forward(*this, x, [&](const at::Tensor& x) { return x + fc2(at::tanh(fc1(x * norm))); });
-  }
-  at::Tensor norm;
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-};
-
-struct TinyLM : torch::nn::Module {
-  TinyLM() {
-    embed = register_module("embed", torch::nn::Embedding(kVocab, kDim));
-    for (int64_t i = 0; i < kLayers; ++i) blocks.push_back(register_module("layers" + std::to_string(i), std::make_shared<Block>()));
-    final_norm = register_parameter("final_norm", at::ones({kDim}));
-  }
-  at::Tensor forward(const at::Tensor& tokens) {
-    return hooked_forward(*this, [&] {
-      at::Tensor h = embed(tokens);
-      for (auto& b : blocks) h = b->forward(h);
-      return at::matmul(h * final_norm, embed->weight.t());  // head tied to the embedding
-    });
-  }
-  torch::nn::Embedding embed{nullptr};
-  std::vector<std::shared_ptr<Block>> blocks;
-  at::Tensor final_norm;
-};
+using TinyLM = testing::ToyLM;
 
 std::shared_ptr<TinyLM> make_model(bool freeze_final_norm = false) {
   at::manual_seed(1234);
-  auto model = std::make_shared<TinyLM>();
+  auto model = std::make_shared<TinyLM>(kVocab, kDim, kHidden, kLayers);
   if (freeze_final_norm) model->final_norm.set_requires_grad(false);
   return model;
 }
