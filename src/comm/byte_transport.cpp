@@ -8,9 +8,7 @@ namespace hyperparallel::comm {
 
 at::Tensor flat_bytes(const at::Tensor& t) {
   at::Tensor flat = t.view({-1});
-  if (flat.scalar_type() == at::kByte) return flat;
-  if (flat.scalar_type() == at::kBool) return flat.view(at::kByte);
-  return flat.view(at::kByte);
+  return flat.scalar_type() == at::kByte ? flat : flat.view(at::kByte);
 }
 
 bool gloo_reduces_natively(at::ScalarType dtype) {

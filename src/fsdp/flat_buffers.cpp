@@ -40,8 +40,6 @@ void ReleasableBuffer::release(WarmMemoryPool* pool) {
   allocated_ = false;
 }
 
-at::Tensor ReleasableBuffer::alias(int64_t offset, at::IntArrayRef shape) const { return alias_of(tensor_, offset, shape); }
-
 at::Tensor alias_of(const at::Tensor& flat, int64_t offset, at::IntArrayRef shape) {
   return alias_of(flat, offset, shape, c10::contiguous_strides(shape));
 }

@@ -33,7 +33,6 @@ class ReleasableBuffer {
   bool allocated() const { return allocated_; }
   void acquire(WarmMemoryPool* pool);  // contents undefined
   void release(WarmMemoryPool* pool);  // aliases must not be read until the next acquire
-  at::Tensor alias(int64_t offset, at::IntArrayRef shape) const;
 
  private:
   at::Tensor tensor_;
