@@ -7,6 +7,8 @@
 //                 (avg) of all gradients, not overlapped with backward
 //   fsdp_unfused  fully_shard per block + root, one collective per parameter
 //   fsdp          fully_shard, fused collectives, prefetch 1, reduce-scatter overlapped
+// `fsdp_bench MODE STEPS --trace FILE` also writes a Chrome trace of the last two steps
+// (compute spans per unit, each collective from issue to completion, time blocked in wait).
 // Prints one line: RESULT mode=... step_ms=... exposed=... rss_mb=... bytes_mb=... exact_mb=...
 // textbook_mb=... (exposed: time blocked in wait() / step time; bytes: sent per rank per step).
 #include <sys/resource.h>
@@ -17,11 +19,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
+#include <stdexcept>
 
 #include "hyperparallel/comm/rendezvous.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/fsdp/module_hooks.h"
 #include "hyperparallel/mesh/device_mesh.h"
+#include "hyperparallel/platform/trace.h"
 #include "support/toy_lm.h"
 
 namespace hp = hyperparallel;
@@ -38,9 +43,33 @@ double peak_rss_mb() {
 
 }  // namespace
 
+// Rank 0 gathers every rank's events and writes one Chrome trace (pid = rank).
+void write_trace(hp::comm::Communicator& world, const hp::platform::TraceRecorder& trace, const std::string& path) {
+  const std::string mine = trace.json_events(world.rank());
+  at::Tensor lengths = at::empty({world.size()}, at::kLong);
+  world.all_gather(lengths, at::tensor({static_cast<int64_t>(mine.size())}, at::kLong)).wait();
+  if (world.rank() != 0) {
+    at::Tensor bytes = at::empty({static_cast<int64_t>(mine.size())}, at::kByte);
+    std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
+    world.send(bytes, 0, 1).wait();
+    return;
+  }
+  std::string all = mine;
+  for (int r = 1; r < world.size(); ++r) {
+    at::Tensor bytes = at::empty({lengths[r].item<int64_t>()}, at::kByte);
+    world.recv(bytes, r, 1).wait();
+    all += (all.empty() ? "" : ",\n") + std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel());
+  }
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw std::runtime_error("cannot write the trace to " + path);
+  std::fprintf(f, "{\"traceEvents\":[\n%s\n]}\n", all.c_str());
+  std::fclose(f);
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "fsdp";
   const int steps = argc > 2 ? std::atoi(argv[2]) : 6;
+  const std::string trace_path = argc > 4 && std::string(argv[3]) == "--trace" ? argv[4] : "";
   auto world = hp::comm::init_process_group(hp::comm::rendezvous_info_from_env());
   const int n = world->size();
   at::manual_seed(0);
@@ -53,13 +82,16 @@ int main(int argc, char** argv) {
   // Our design's exact traffic: blocks all-gather twice (forward, backward) and reduce-
   // scatter once; the root keeps its parameters through backward, so it gathers once.
   double exact_bytes = 0;
+  std::optional<hp::fsdp::FSDPModule> root;
   if (mode == "fsdp" || mode == "fsdp_unfused") {
     hp::fsdp::FullyShardOptions options;
     options.mesh = mesh;
     options.comm_fusion = mode == "fsdp";
     for (auto& b : model->blocks) exact_bytes += 3.0 * (n - 1) * hp::fsdp::fully_shard(*b, options).sharded_numel() * 4;
-    exact_bytes += 2.0 * (n - 1) * hp::fsdp::fully_shard(*model, options).sharded_numel() * 4;
+    root = hp::fsdp::fully_shard(*model, options);
+    exact_bytes += 2.0 * (n - 1) * root->sharded_numel() * 4;
   }
+  auto trace = std::make_shared<hp::platform::TraceRecorder>();
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
   at::Tensor ddp_flat = mode == "ddp" ? at::zeros({numel}) : at::Tensor();
 
@@ -69,6 +101,10 @@ int main(int argc, char** argv) {
   auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(100 + world->rank()));
   for (int s = 0; s < steps + 2; ++s) {
     if (s == 2) bytes_before = comm->counters();
+    if (s == steps && !trace_path.empty()) {  // trace the last two steps
+      if (root) root->set_trace(trace);
+      comm->set_trace(trace);
+    }
     const double wait_before = comm->wait_seconds();
     at::Tensor seq = at::randint(0, kVocab, {kBatch, kSeq + 1}, gen, at::TensorOptions().dtype(at::kLong));
     world->barrier().wait();
@@ -90,7 +126,9 @@ int main(int argc, char** argv) {
         off += p.numel();
       }
     }
+    const auto step_started = std::chrono::steady_clock::now();
     opt.step();
+    if (!trace_path.empty()) trace->span("optimizer step", "compute", step_started, std::chrono::steady_clock::now());
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= 2) {
       times.push_back(dt);
@@ -115,6 +153,7 @@ int main(int argc, char** argv) {
                 mode.c_str(), n, numel / 1e6, median * 1e3, exposed / total, rss.item<double>(),
                 static_cast<double>(traffic.total_bytes()) / steps / 1e6, exact_bytes / 1e6, n > 1 ? textbook / 1e6 : 0.0);
   }
+  if (!trace_path.empty()) write_trace(*world, *trace, trace_path);
   world->barrier().wait();
   return 0;
 }

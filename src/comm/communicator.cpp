@@ -39,19 +39,26 @@ void wait_work(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::millisec
 WirePendingWork::WirePendingWork(std::vector<c10::intrusive_ptr<c10d::Work>> works,
                                  std::function<void()> finish, std::string what,
                                  std::chrono::milliseconds default_timeout,
-                                 std::shared_ptr<std::atomic<int64_t>> wait_ns)
+                                 std::shared_ptr<std::atomic<int64_t>> wait_ns,
+                                 std::shared_ptr<platform::TraceRecorder> trace)
     : works_(std::move(works)), finish_(std::move(finish)), what_(std::move(what)),
-      default_timeout_(default_timeout), wait_ns_(std::move(wait_ns)) {}
+      default_timeout_(default_timeout), wait_ns_(std::move(wait_ns)), trace_(std::move(trace)) {}
 
 void WirePendingWork::wait(std::optional<std::chrono::milliseconds> timeout) {
   // Every return and throw counts the time spent here.
   struct Account {
+    WirePendingWork& work;
     std::chrono::steady_clock::time_point started;
-    std::atomic<int64_t>* total;
     ~Account() {
-      *total += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
+      const auto now = std::chrono::steady_clock::now();
+      *work.wait_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(now - started).count();
+      if (work.trace_) {
+        const std::string op = work.what_.substr(0, work.what_.find(" (rank"));
+        work.trace_->span(op, "comm", work.issued_, now);
+        work.trace_->span("wait " + op, "wait", started, now);
+      }
     }
-  } account{std::chrono::steady_clock::now(), wait_ns_.get()};
+  } account{*this, std::chrono::steady_clock::now()};
   const auto limit = timeout.value_or(default_timeout_);
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (auto& work : works_) {
@@ -99,6 +106,8 @@ const std::vector<int>& Communicator::global_ranks() const { return impl_->globa
 int Communicator::global_rank() const { return impl_->global_ranks[impl_->rank]; }
 const CommOptions& Communicator::options() const { return impl_->options; }
 
+void Communicator::set_trace(std::shared_ptr<platform::TraceRecorder> trace) { impl_->trace = std::move(trace); }
+
 double Communicator::wait_seconds() const { return static_cast<double>(impl_->wait_ns->load()) * 1e-9; }
 
 CommCounters Communicator::counters() const {
@@ -143,7 +152,7 @@ void record(Communicator::Impl& impl, CollectiveKind kind, int64_t bytes) {
 CommHandle make_handle(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish,
                        const std::string& what, const Communicator::Impl& impl) {
   return CommHandle(std::make_unique<WirePendingWork>(std::move(works), std::move(finish), what,
-                                                      impl.options.timeout, impl.wait_ns));
+                                                      impl.options.timeout, impl.wait_ns, impl.trace));
 }
 
 CommHandle make_handle(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish,

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "hyperparallel/comm/communicator.h"
+#include "hyperparallel/platform/trace.h"
 #include "scratch_pool.h"
 
 namespace hyperparallel::comm {
@@ -33,6 +34,7 @@ struct Communicator::Impl {
   uint64_t delay_rng_state = 0;  // for options.inject_delay_max_ms
   // Time callers spent blocked in wait() on this communicator's handles ("exposed" time).
   std::shared_ptr<std::atomic<int64_t>> wait_ns = std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<platform::TraceRecorder> trace;  // null: not tracing
 };
 
 // Waits for c10d Works (one collective, or the sends and receives of a point-to-point
@@ -42,7 +44,7 @@ class WirePendingWork : public PendingWork {
  public:
   WirePendingWork(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish,
                   std::string what, std::chrono::milliseconds default_timeout,
-                  std::shared_ptr<std::atomic<int64_t>> wait_ns);
+                  std::shared_ptr<std::atomic<int64_t>> wait_ns, std::shared_ptr<platform::TraceRecorder> trace);
   void wait(std::optional<std::chrono::milliseconds> timeout) override;
   bool is_completed() override;
 
@@ -52,6 +54,8 @@ class WirePendingWork : public PendingWork {
   std::string what_;
   std::chrono::milliseconds default_timeout_;
   std::shared_ptr<std::atomic<int64_t>> wait_ns_;
+  std::shared_ptr<platform::TraceRecorder> trace_;
+  platform::TraceRecorder::Clock::time_point issued_ = platform::TraceRecorder::Clock::now();
 };
 
 // Waits for a c10d Work in the calling thread with a readable error; for finishing steps.

@@ -155,6 +155,13 @@ void FSDPUnit::join_root(std::shared_ptr<FSDPRoot> root, bool is_root) {
   is_root_ = is_root;
 }
 
+void FSDPUnit::set_trace(std::shared_ptr<platform::TraceRecorder> trace) {
+  for (const auto& comm : {shard_comm_, replicate_comm_, dp_comm_, post_forward_comm_}) {
+    if (comm) comm->set_trace(trace);
+  }
+  trace_ = std::move(trace);
+}
+
 std::vector<FSDPUnit*> FSDPUnit::units_below() {
   std::vector<FSDPUnit*> units;
   units.push_back(this);
@@ -286,11 +293,16 @@ void FSDPUnit::reshard() {
 // ---- forward -----------------------------------------------------------------------------
 
 void FSDPUnit::pre_forward() {
+  forward_started_ = platform::TraceRecorder::Clock::now();
   if (!root_) {
     // The first unit to run forward is the root; it adopts every unit below it.
     auto units = units_below();
     auto root = std::make_shared<FSDPRoot>(units);
     for (FSDPUnit* unit : units) unit->join_root(root, unit == this);
+    for (const auto& item : modules_.front()->named_modules()) {
+      auto* unit = dynamic_cast<FSDPUnit*>(find_hooks(*item.value()));
+      if (unit && unit->label_.empty()) unit->label_ = item.key().empty() ? "root" : item.key();
+    }
   }
   unshard();
   root_->on_pre_forward(this);
@@ -334,6 +346,7 @@ at::Tensor FSDPUnit::post_forward(at::Tensor output) {
       if (auto unit = self.lock()) unit->pre_backward();
     });
   }
+  if (trace_) trace_->span("forward " + label_, "compute", forward_started_, platform::TraceRecorder::Clock::now());
   return output;
 }
 
@@ -343,6 +356,7 @@ void FSDPUnit::pre_backward() {
   if (in_backward_) return;  // an output used twice fires twice
   in_backward_ = true;
   forwards_done_ = 0;
+  backward_started_ = platform::TraceRecorder::Clock::now();
   unshard();
   root_->on_pre_backward(this);
   if (!accumulating_) {
@@ -363,6 +377,7 @@ void FSDPUnit::on_grad_ready(size_t index) {
     params_[index].grad_ready = true;
   }
   if (++grads_ready_ < grads_needed_) return;
+  if (trace_) trace_->span("backward " + label_, "compute", backward_started_, platform::TraceRecorder::Clock::now());
   if (settings_.requires_gradient_sync) issue_reduce_scatter();
   // Its gradients are complete, so no later backward step reads its parameters.
   if (!is_root_ && (settings_.requires_gradient_sync || settings_.reshard_after_backward)) reshard();

@@ -27,6 +27,7 @@
 #include "hyperparallel/comm/communicator.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/fsdp/module_hooks.h"
+#include "hyperparallel/platform/trace.h"
 
 namespace hyperparallel::fsdp {
 
@@ -106,6 +107,8 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   FSDPRoot* root() const { return root_.get(); }
   int global_rank() const { return shard_comm_->global_rank(); }
   void join_root(std::shared_ptr<FSDPRoot> root, bool is_root);
+  // Spans of this unit's forward and backward compute, and of its collectives.
+  void set_trace(std::shared_ptr<platform::TraceRecorder> trace);
 
   // Units in the subtrees of this unit's modules (itself first), each once.
   std::vector<FSDPUnit*> units_below();
@@ -168,6 +171,10 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
 
   bool is_root_ = false;
   std::shared_ptr<FSDPRoot> root_;  // shared by the units of one root; null before forward
+
+  std::shared_ptr<platform::TraceRecorder> trace_;
+  std::string label_;  // the module path, set by the root (for traces)
+  platform::TraceRecorder::Clock::time_point forward_started_, backward_started_;
 };
 
 }  // namespace hyperparallel::fsdp

@@ -139,6 +139,10 @@ void FSDPModule::set_modules_to_backward_prefetch(const std::vector<FSDPModule>&
   unit_->settings().backward_prefetch = units_of(modules);
 }
 
+void FSDPModule::set_trace(std::shared_ptr<platform::TraceRecorder> trace) {
+  for (FSDPUnit* u : unit_->units_below()) u->set_trace(trace);
+}
+
 int FSDPModule::max_live_unsharded_units() const { return unit_->root() ? unit_->root()->max_live_unsharded() : 0; }
 
 void FSDPModule::reset_max_live_unsharded_units() {

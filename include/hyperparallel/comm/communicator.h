@@ -28,6 +28,10 @@
 #include "hyperparallel/comm/comm_counters.h"
 #include "hyperparallel/comm/comm_handle.h"
 
+namespace hyperparallel::platform {
+class TraceRecorder;
+}
+
 namespace hyperparallel::comm {
 
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
@@ -95,6 +99,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Total time callers have spent blocked in wait() on this communicator's handles: the
   // communication that computation did not hide.
   double wait_seconds() const;
+  // Record every collective's span (issue to completion seen in wait()) and the time blocked
+  // in wait(); null stops recording.
+  void set_trace(std::shared_ptr<platform::TraceRecorder> trace);
 
   Impl& impl() { return *impl_; }  // for src/comm only
 

@@ -138,6 +138,9 @@ class FSDPModule {
   // Most units holding full parameters at once since the last reset (the root excluded).
   int max_live_unsharded_units() const;
   void reset_max_live_unsharded_units();
+  // Record forward/backward compute spans of this unit and the units below, and their
+  // collectives (platform/trace.h); null stops recording.
+  void set_trace(std::shared_ptr<platform::TraceRecorder> trace);
   int64_t sharded_numel() const;    // elements of the local flat shard (with padding)
   int64_t unsharded_numel() const;  // elements of the all-gather buffer (with padding)
   size_t unit_param_count() const;  // parameters this unit manages
