@@ -226,9 +226,17 @@ void FSDPUnit::point_params_at_sharded() {
   }
 }
 
+WarmMemoryPool* FSDPUnit::pool() const { return root_ ? root_->pool() : nullptr; }
+
+void FSDPUnit::release_unsharded() {
+  for (auto& sp : params_) sp.param.set_data(sp.view_of(sharded_, sp.shard_offset, sp.local_rows));
+  unsharded_.release(pool());
+  if (root_) root_->unsharded_released(this);
+}
+
 void FSDPUnit::unshard_async() {
   if (state_ == UnitState::kUnsharded || !pending_gather_.empty()) return;
-  unsharded_.acquire(root_ ? root_->pool() : nullptr);
+  unsharded_.acquire(pool());
   if (root_) root_->unsharded_acquired(this);
   if (state_ == UnitState::kShardedPostForward) {  // within the group of k
     pending_gather_.push_back(post_forward_comm_->all_gather_blocks(unsharded_.tensor(), post_forward_.tensor(), post_forward_blocks_));
@@ -254,7 +262,7 @@ void FSDPUnit::unshard() {
   pending_gather_.clear();
   for (auto& sp : params_) sp.param.set_data(sp.view_of(unsharded_.tensor(), sp.unsharded_offset, sp.dim0));
   if (state_ == UnitState::kShardedPostForward) {
-    post_forward_.release(root_ ? root_->pool() : nullptr);
+    post_forward_.release(pool());
     transition(UnitState::kShardedPostForward, UnitState::kUnsharded);
     return;
   }
@@ -264,29 +272,25 @@ void FSDPUnit::unshard() {
 void FSDPUnit::reshard_post_forward() {
   // Keep this rank's k-group share of the full parameters, then release the rest.
   const int64_t j = shard_comm_->rank() % settings_.post_forward_group;
-  post_forward_.acquire(root_ ? root_->pool() : nullptr);
+  post_forward_.acquire(pool());
   int64_t out = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const int64_t piece = post_forward_blocks_[i];
     post_forward_.tensor().narrow(0, out, piece).copy_(unsharded_.tensor().narrow(0, params_[i].unsharded_offset + j * piece, piece));
     out += piece;
   }
-  for (auto& sp : params_) sp.param.set_data(sp.view_of(sharded_, sp.shard_offset, sp.local_rows));
-  unsharded_.release(root_ ? root_->pool() : nullptr);
-  if (root_) root_->unsharded_released(this);
+  release_unsharded();
   transition(UnitState::kUnsharded, UnitState::kShardedPostForward);
 }
 
 void FSDPUnit::reshard() {
   if (state_ == UnitState::kSharded) return;
   if (state_ == UnitState::kShardedPostForward) {
-    post_forward_.release(root_ ? root_->pool() : nullptr);
+    post_forward_.release(pool());
     transition(UnitState::kShardedPostForward, UnitState::kSharded);
     return;
   }
-  for (auto& sp : params_) sp.param.set_data(sp.view_of(sharded_, sp.shard_offset, sp.local_rows));
-  unsharded_.release(root_ ? root_->pool() : nullptr);
-  if (root_) root_->unsharded_released(this);
+  release_unsharded();
   transition(UnitState::kUnsharded, UnitState::kSharded);
 }
 

@@ -126,6 +126,9 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   void issue_reduce_scatter();
   void register_grad_hooks();
   void point_params_at_sharded();
+  // Parameters back to their shards; the full-parameter memory to the pool.
+  void release_unsharded();
+  WarmMemoryPool* pool() const;  // the root's, or none before the first forward
   void transition(UnitState from, UnitState to);
 
   std::vector<torch::nn::Module*> modules_;
