@@ -8,6 +8,7 @@ packages=(
   libtorch-dev        # LibTorch 1.13 (ATen, autograd, c10d with Gloo)
   libgloo-dev         # headers that c10d's ProcessGroupGloo.hpp includes
   libopenblas0-pthread # becomes the libblas.so.3 alternative; the reference BLAS is ~20x slower
+  nlohmann-json3-dev  # JSON: config.json, safetensors headers and indexes
   libgtest-dev libgmock-dev
   iproute2 procps
 )

@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/nn/module.h>
+#include <nlohmann/json.hpp>
 #include <chrono>
 #include <memory>
 #include <string>

@@ -189,8 +189,13 @@ ShardedTensor FSDPUnit::local_shard(size_t i) const {
   t.local = sp.view_of(sharded_, sp.shard_offset, sp.local_rows).contiguous();
   t.shard_dim = sp.shard_dim;
   t.global_shape = sp.shape;
-  t.row_offset = sp.row_numel ? shard_comm_->rank() * (sp.block / sp.row_numel) : 0;
+  t.row_offset = first_row(i);
   return t;
+}
+
+int64_t FSDPUnit::first_row(size_t i) const {
+  const ShardedParam& sp = params_[i];
+  return sp.row_numel ? shard_comm_->rank() * (sp.block / sp.row_numel) : 0;
 }
 
 void FSDPUnit::load_local_rows(size_t i, const at::Tensor& rows) {
@@ -202,8 +207,7 @@ void FSDPUnit::load_local_rows(size_t i, const at::Tensor& rows) {
 void FSDPUnit::load_full(size_t i, const at::Tensor& full) {
   const ShardedParam& sp = params_[i];
   if (sp.local_rows == 0) return;
-  const int64_t first_row = shard_comm_->rank() * (sp.block / sp.row_numel);
-  const at::Tensor rows = sp.rows_of(full).narrow(0, first_row, sp.local_rows);
+  const at::Tensor rows = sp.rows_of(full).narrow(0, first_row(i), sp.local_rows);
   sharded_.narrow(0, sp.shard_offset, sp.local_rows * sp.row_numel).copy_(rows.reshape({-1}));
 }
 

@@ -117,6 +117,7 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   const NamedTensors& replicated() const { return replicated_; }
   // This rank's rows of parameter i, and loading them (the unit must be SHARDED).
   ShardedTensor local_shard(size_t i) const;
+  int64_t first_row(size_t i) const;  // of parameter i's shard dim held here
   void load_local_rows(size_t i, const at::Tensor& rows);
   void load_full(size_t i, const at::Tensor& full);
 

@@ -304,4 +304,44 @@ void load_full_state_dict(torch::nn::Module& root, const std::map<std::string, a
   }
 }
 
+std::map<std::string, std::vector<int64_t>> full_parameter_shapes(torch::nn::Module& root) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::set<const c10::TensorImpl*> done;
+  const UnitsAndPaths found = units_under(root);
+  for (FSDPUnit* unit : found.units) {
+    for (const auto& sp : unit->params()) {
+      shapes[found.key(*unit, sp)] = sp.shape;
+      done.insert(sp.param.unsafeGetTensorImpl());
+    }
+  }
+  for (const auto& item : root.named_parameters()) {
+    if (done.insert(item.value().unsafeGetTensorImpl()).second) shapes[item.key()] = item.value().sizes().vec();
+  }
+  return shapes;
+}
+
+void load_parameters_by_rows(torch::nn::Module& root, const ParameterRowReader& read) {
+  at::NoGradGuard no_grad;
+  std::set<const c10::TensorImpl*> done;
+  const UnitsAndPaths found = units_under(root);
+  for (FSDPUnit* unit : found.units) {
+    unit->reshard();
+    for (size_t i = 0; i < unit->params().size(); ++i) {
+      const ShardedParam& sp = unit->params()[i];
+      done.insert(sp.param.unsafeGetTensorImpl());
+      if (sp.local_rows == 0) continue;
+      unit->load_local_rows(i, read(found.key(*unit, sp), sp.shard_dim, unit->first_row(i), sp.local_rows));
+    }
+  }
+  for (const auto& item : root.named_parameters()) {
+    if (!done.insert(item.value().unsafeGetTensorImpl()).second) continue;
+    at::Tensor param = item.value();
+    if (param.dim() == 0) {
+      param.copy_(read(item.key(), 0, 0, 1).reshape({}));
+    } else {
+      param.copy_(read(item.key(), 0, 0, param.size(0)));
+    }
+  }
+}
+
 }  // namespace hyperparallel::fsdp

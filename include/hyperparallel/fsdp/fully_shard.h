@@ -169,4 +169,15 @@ std::map<std::string, at::Tensor> full_state_dict(torch::nn::Module& root, bool 
 void load_sharded_state_dict(torch::nn::Module& root, const std::map<std::string, ShardedTensor>& state);
 void load_full_state_dict(torch::nn::Module& root, const std::map<std::string, at::Tensor>& state);
 
+// Every parameter's full shape by full name (sharded or not); no communication.
+std::map<std::string, std::vector<int64_t>> full_parameter_shapes(torch::nn::Module& root);
+// Loads every parameter of `root` from a reader of row ranges, touching only what this rank
+// holds: read(name, dim, first, count) must return `count` slices of dim `dim` from `first`
+// of the full tensor `name` (any dtype; it is cast). A sharded parameter asks for this rank's
+// rows of its shard dim, any other parameter for all of dim 0. With deferred initialisation
+// (parameters allocated but never written) no rank ever holds a whole model. No
+// communication; the caller checks names and shapes first (full_parameter_shapes).
+using ParameterRowReader = std::function<at::Tensor(const std::string& name, int64_t dim, int64_t first, int64_t count)>;
+void load_parameters_by_rows(torch::nn::Module& root, const ParameterRowReader& read);
+
 }  // namespace hyperparallel::fsdp

@@ -1,0 +1,69 @@
+// CausalLM: a Hugging Face decoder-only language model (Llama, Qwen2, Qwen3, Qwen3-MoE) as a
+// LibTorch module tree with HF's names, and AutoModelForCausalLM to build or load one.
+//
+// The tree is exactly HF's: `model.embed_tokens`, `model.layers.<i>.{input_layernorm,
+// self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp...}`, `model.norm`, `lm_head`
+// (absent when the embeddings are tied), so named_parameters() equals the checkpoint's key
+// set. Models hold no parallelism: fully_shard and later plans apply from outside by name
+// (decoder_layers() lists the natural units), and every decoder layer and the model itself
+// run through the fully_shard hook point.
+//
+// forward() takes a batch of token ids with an optional padding mask, position_ids and
+// labels. Packed sequences: position_ids that restart at 0 start a new document, and with
+// `document_mask` on (the default) no token attends across documents. The loss is
+// transformers' (mean cross-entropy of next-token prediction over labels != -100, plus
+// router_aux_loss_coef times the load-balancing loss for MoE with router logits on); the
+// sum and token count are returned too so a trainer can normalise over a global batch.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hyperparallel/models/model_config.h"
+
+namespace hyperparallel::models {
+
+struct CausalLMInput {
+  at::Tensor input_ids;       // [B, T] int64
+  at::Tensor attention_mask;  // [B, T], 1 = token, 0 = padding; undefined = all tokens
+  at::Tensor position_ids;    // [B, T]; undefined = 0..T-1 per row
+  at::Tensor labels;          // [B, T] int64, -100 = ignored; undefined = no loss
+  bool document_mask = true;  // position_ids restarting at 0 separate documents
+  std::optional<bool> output_router_logits;  // MoE: default from the config
+};
+
+struct CausalLMOutput {
+  at::Tensor logits;        // [B, T, vocab], fp32
+  at::Tensor loss;          // lm_loss (+ coef * aux_loss); undefined without labels
+  at::Tensor lm_loss;       // mean next-token cross-entropy over label tokens (0 if none)
+  at::Tensor lm_loss_sum;   // its sum, for normalising over a global batch
+  int64_t label_tokens = 0;
+  at::Tensor aux_loss;      // MoE load-balancing loss when router logits are on
+  std::vector<at::Tensor> router_logits;  // MoE: one [B*T, experts] per sparse layer
+};
+
+class DecoderModel;  // src/models/decoder.h
+class Linear;        // src/models/layers.h
+
+class CausalLM : public torch::nn::Module {
+ public:
+  CausalLM(const ModelConfig& config, bool deferred_init, uint64_t seed, at::ScalarType dtype);
+  CausalLMOutput forward(const CausalLMInput& input);
+  const ModelConfig& config() const { return config_; }
+  // The decoder layers in order (the usual fully_shard units), as modules.
+  std::vector<torch::nn::Module*> decoder_layers();
+  DecoderModel& backbone() { return *model_; }
+  bool tied() const { return config_.tie_word_embeddings; }
+
+ private:
+  ModelConfig config_;
+  std::shared_ptr<DecoderModel> model_;
+  std::shared_ptr<Linear> lm_head_;  // null when tied: the head is embed_tokens.weight
+};
+
+}  // namespace hyperparallel::models

@@ -1,0 +1,56 @@
+// The slots of a decoder model that plan_overrides can fill with another implementation.
+//
+// A model is a tree of torch::nn::Modules named as in Hugging Face
+// (model.layers.0.self_attn.q_proj). Three kinds of node have interchangeable
+// implementations, each behind an interface here: a norm (NormModule), an attention
+// (AttentionModule) and a feed-forward block (FeedForwardModule). A module that holds such
+// children implements ModuleSlots so a replacement can be put in its place by name; the
+// replacement must be of the same interface and keeps the parameter names and shapes (it
+// usually adopts the original's parameter tensors), so checkpoints load unchanged.
+// Each module's torch::nn::Module::name() is its HF class name (Qwen3Attention,
+// LlamaRMSNorm, ...), which plan_overrides' module_type matches.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hyperparallel::models {
+
+class NormModule : public torch::nn::Module {
+ public:
+  using torch::nn::Module::Module;
+  virtual at::Tensor forward(const at::Tensor& x) = 0;
+};
+
+// What every attention layer of one forward shares.
+struct AttentionInputs {
+  at::Tensor cos, sin;  // rotary tables [B, T, head_dim] in the compute dtype
+  at::Tensor mask;      // additive [B, 1, T, T]: 0 where a query may attend, dtype min elsewhere
+};
+
+class AttentionModule : public torch::nn::Module {
+ public:
+  using torch::nn::Module::Module;
+  virtual at::Tensor forward(const at::Tensor& hidden, const AttentionInputs& inputs) = 0;
+};
+
+class FeedForwardModule : public torch::nn::Module {
+ public:
+  using torch::nn::Module::Module;
+  // A sparse block appends its router logits [tokens, experts] to `router_logits` when given.
+  virtual at::Tensor forward(const at::Tensor& x, std::vector<at::Tensor>* router_logits) = 0;
+};
+
+class ModuleSlots {
+ public:
+  virtual ~ModuleSlots() = default;
+  // Puts `replacement` in the child slot `name`; throws UserError if the slot does not exist
+  // or the replacement is not of the slot's interface.
+  virtual void replace_child(const std::string& name, std::shared_ptr<torch::nn::Module> replacement) = 0;
+};
+
+}  // namespace hyperparallel::models

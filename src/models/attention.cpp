@@ -1,0 +1,71 @@
+// Eager attention, as transformers computes it. See attention.h.
+#include "attention.h"
+
+#include <cmath>
+
+#include "hyperparallel/platform/user_error.h"
+#include "rotary.h"
+
+namespace hyperparallel::models {
+
+Attention::Attention(const ModelConfig& c, ParamFactory& factory)
+    : AttentionModule(c.class_prefix() + "Attention"),
+      num_heads(c.num_attention_heads),
+      num_kv_heads(c.num_key_value_heads),
+      head_dim(c.head_dim),
+      scaling(1.0 / std::sqrt(static_cast<double>(c.head_dim))) {
+  const bool qkv_bias = c.attention_bias;
+  const bool o_bias = c.attention_bias && c.model_type == "llama";
+  q_proj = register_module("q_proj", std::make_shared<Linear>(c.hidden_size, num_heads * head_dim, qkv_bias, factory));
+  k_proj = register_module("k_proj", std::make_shared<Linear>(c.hidden_size, num_kv_heads * head_dim, qkv_bias, factory));
+  v_proj = register_module("v_proj", std::make_shared<Linear>(c.hidden_size, num_kv_heads * head_dim, qkv_bias, factory));
+  o_proj = register_module("o_proj", std::make_shared<Linear>(num_heads * head_dim, c.hidden_size, o_bias, factory));
+  if (c.qk_norm) {
+    q_norm = register_module("q_norm", std::make_shared<RMSNorm>(c.class_prefix() + "RMSNorm", head_dim, c.rms_norm_eps, factory));
+    k_norm = register_module("k_norm", std::make_shared<RMSNorm>(c.class_prefix() + "RMSNorm", head_dim, c.rms_norm_eps, factory));
+  }
+}
+
+at::Tensor Attention::forward(const at::Tensor& hidden, const AttentionInputs& in) {
+  const int64_t batch = hidden.size(0), seq = hidden.size(1);
+  at::Tensor q = q_proj->forward(hidden).view({batch, seq, num_heads, head_dim});
+  at::Tensor k = k_proj->forward(hidden).view({batch, seq, num_kv_heads, head_dim});
+  at::Tensor v = v_proj->forward(hidden).view({batch, seq, num_kv_heads, head_dim}).transpose(1, 2);
+  if (q_norm) {
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  q = apply_rope(q.transpose(1, 2), in.cos, in.sin);
+  k = apply_rope(k.transpose(1, 2), in.cos, in.sin);
+  if (num_kv_heads != num_heads) {  // transformers' repeat_kv
+    const int64_t groups = num_heads / num_kv_heads;
+    k = k.unsqueeze(2).expand({batch, num_kv_heads, groups, seq, head_dim}).reshape({batch, num_heads, seq, head_dim});
+    v = v.unsqueeze(2).expand({batch, num_kv_heads, groups, seq, head_dim}).reshape({batch, num_heads, seq, head_dim});
+  }
+  at::Tensor scores = at::matmul(q, k.transpose(2, 3)) * scaling;
+  if (in.mask.defined()) scores = scores + in.mask;
+  const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  const at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({batch, seq, num_heads * head_dim});
+  return o_proj->forward(out);
+}
+
+std::shared_ptr<NormModule> replace_norm_child(torch::nn::Module& module, const std::string& name,
+                                               std::shared_ptr<torch::nn::Module> replacement) {
+  auto norm = std::dynamic_pointer_cast<NormModule>(replacement);
+  if (!norm) throw UserError(module.name() + "." + name + " is a norm; the replacement " + replacement->name() + " is not");
+  module.replace_module(name, norm);
+  return norm;
+}
+
+void Attention::replace_child(const std::string& name, std::shared_ptr<torch::nn::Module> replacement) {
+  if (name == "q_norm" && q_norm) {
+    q_norm = replace_norm_child(*this, name, replacement);
+  } else if (name == "k_norm" && k_norm) {
+    k_norm = replace_norm_child(*this, name, replacement);
+  } else {
+    throw UserError(this->name() + " has no replaceable child '" + name + "' (replaceable: " +
+                    (q_norm ? "q_norm, k_norm" : "none") + ")");
+  }
+}
+
+}  // namespace hyperparallel::models

@@ -1,0 +1,34 @@
+// Attention: multi-head attention with grouped KV heads, rotary embeddings, optional q/k/v
+// biases (Qwen2, Llama's attention_bias) and optional per-head RMSNorm of q and k (Qwen3),
+// computed as transformers' eager attention does: scores = q k^T * head_dim^-0.5 + mask,
+// softmax in fp32, times v. Its children keep HF's names (q_proj, k_proj, v_proj, o_proj,
+// q_norm, k_norm) so a replacement (plan_overrides) can adopt them.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "hyperparallel/models/model_config.h"
+#include "hyperparallel/models/module_interfaces.h"
+#include "layers.h"
+
+namespace hyperparallel::models {
+
+class Attention : public AttentionModule, public ModuleSlots {
+ public:
+  Attention(const ModelConfig& config, ParamFactory& factory);
+  at::Tensor forward(const at::Tensor& hidden, const AttentionInputs& inputs) override;
+  void replace_child(const std::string& name, std::shared_ptr<torch::nn::Module> replacement) override;
+
+  int64_t num_heads, num_kv_heads, head_dim;
+  double scaling;
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+  std::shared_ptr<NormModule> q_norm, k_norm;  // null unless config.qk_norm
+};
+
+// Replaces the norm child `name` of `module` (q_norm, input_layernorm, ...) and returns the
+// new pointer for the owner's member; shared by every ModuleSlots implementation.
+std::shared_ptr<NormModule> replace_norm_child(torch::nn::Module& module, const std::string& name,
+                                               std::shared_ptr<torch::nn::Module> replacement);
+
+}  // namespace hyperparallel::models

@@ -1,0 +1,122 @@
+// Building, loading and saving HF causal LMs. See models/auto_model.h.
+#include "hyperparallel/models/auto_model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "hyperparallel/fsdp/fully_shard.h"
+#include "hyperparallel/io/hf_checkpoint.h"
+#include "hyperparallel/platform/user_error.h"
+
+namespace hyperparallel::models {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// Keys a checkpoint may carry that the model rightly has no parameter for.
+bool ignorable_key(const std::string& name, const CausalLM& model) {
+  if (name == "lm_head.weight" && model.tied()) return true;  // some tied checkpoints store the head
+  return name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0;
+}
+
+std::string dtype_json_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return "float32";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    default: throw UserError(std::string("cannot save a model in dtype ") + c10::toString(dtype));
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<CausalLM> AutoModelForCausalLM::from_config(const ModelConfig& config, const ModelLoadOptions& options) {
+  if (options.device != "cpu") {
+    throw UserError("device '" + options.device + "' is not available: this build computes on the CPU (device: cpu)");
+  }
+  if (options.dtype != at::kFloat && options.dtype != at::kBFloat16 && options.dtype != at::kHalf) {
+    throw UserError(std::string("model dtype ") + c10::toString(options.dtype) + " is not one of float32, bfloat16, float16");
+  }
+  auto model = std::make_shared<CausalLM>(config, options.deferred_init, options.seed, options.dtype);
+  if (!options.plan_overrides.empty()) {
+    const ReplacementRegistry builtins = ReplacementRegistry::with_builtins();
+    apply_plan_overrides(*model, config, options.plan_overrides, options.replacements ? *options.replacements : builtins);
+  }
+  return model;
+}
+
+std::shared_ptr<CausalLM> AutoModelForCausalLM::from_pretrained(const std::string& name_or_dir, const ModelLoadOptions& options) {
+  if (is_debug_flavour(name_or_dir) && !fs::exists(name_or_dir)) return from_config(debug_flavour_config(name_or_dir), options);
+  if (!fs::is_directory(name_or_dir)) {
+    std::string flavours;
+    for (const auto& n : debug_flavour_names()) flavours += (flavours.empty() ? "" : ", ") + n;
+    throw UserError("model '" + name_or_dir + "' is neither a folder nor a built-in flavour (" + flavours + ")");
+  }
+  ModelLoadOptions deferred = options;
+  deferred.deferred_init = true;
+  auto model = from_config(load_model_config(name_or_dir), deferred);
+  if (!options.deferred_init) load_pretrained_weights(*model, name_or_dir);
+  return model;
+}
+
+void load_pretrained_weights(CausalLM& model, const std::string& dir) {
+  io::HfCheckpoint checkpoint(dir);
+  const auto shapes = fsdp::full_parameter_shapes(model);
+  std::string missing, unexpected;
+  for (const auto& [name, shape] : shapes) {
+    if (!checkpoint.contains(name)) missing += (missing.empty() ? "" : ", ") + name;
+  }
+  for (const auto& name : checkpoint.names()) {
+    if (!shapes.count(name) && !ignorable_key(name, model)) unexpected += (unexpected.empty() ? "" : ", ") + name;
+  }
+  if (!missing.empty() || !unexpected.empty()) {
+    throw UserError("weights in " + dir + " do not match the " + model.config().architecture + " config: missing [" + missing +
+                    "], unexpected [" + unexpected + "]");
+  }
+  for (const auto& [name, shape] : shapes) {
+    const io::SafetensorsEntry& e = checkpoint.entry(name);
+    if (e.shape != shape) {
+      throw UserError("weights in " + dir + ": tensor '" + name + "' has shape " + shape_text(e.shape) +
+                      ", the config gives " + shape_text(shape));
+    }
+    if (!at::isFloatingType(e.dtype)) {
+      throw UserError("weights in " + dir + ": tensor '" + name + "' is " + e.dtype_name + ", a parameter must be floating point");
+    }
+  }
+  fsdp::load_parameters_by_rows(model, [&](const std::string& name, int64_t dim, int64_t first, int64_t count) {
+    return checkpoint.read_rows(name, dim, first, count);
+  });
+}
+
+std::vector<std::string> save_pretrained(CausalLM& model, const std::string& dir, const SaveOptions& options) {
+  const uint64_t max_shard = io::parse_byte_size(options.max_shard_size);
+  auto full = fsdp::full_state_dict(model, /*rank0_only=*/true);
+  if (full.empty()) return {};
+  std::vector<std::pair<std::string, at::Tensor>> ordered;  // named_parameters order, as HF's state_dict
+  at::ScalarType dtype = at::kFloat;
+  for (const auto& item : model.named_parameters()) {
+    at::Tensor t = full.at(item.key());
+    dtype = options.dtype.value_or(item.value().scalar_type());
+    ordered.emplace_back(item.key(), t.to(dtype));
+  }
+  fs::create_directories(dir);
+  const std::string config_tmp = (fs::path(dir) / "config.json.tmp").string();
+  {
+    std::ofstream out(config_tmp, std::ios::trunc);
+    out << model_config_json(model.config(), dtype_json_name(dtype));
+    if (!out) throw UserError("cannot write " + config_tmp);
+  }
+  fs::rename(config_tmp, fs::path(dir) / "config.json");
+  auto files = io::save_hf_checkpoint(dir, ordered, max_shard);
+  files.insert(files.begin(), "config.json");
+  return files;
+}
+
+}  // namespace hyperparallel::models

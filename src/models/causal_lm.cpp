@@ -1,0 +1,76 @@
+// The causal LM head and loss. See models/causal_lm.h.
+#include "hyperparallel/models/causal_lm.h"
+
+#include "decoder.h"
+#include "hyperparallel/fsdp/module_hooks.h"
+#include "hyperparallel/platform/user_error.h"
+#include "layers.h"
+#include "moe.h"
+
+namespace hyperparallel::models {
+
+CausalLM::CausalLM(const ModelConfig& config, bool deferred_init, uint64_t seed, at::ScalarType dtype)
+    : torch::nn::Module(config.architecture), config_(config) {
+  ParamFactory factory(deferred_init, seed, config.initializer_range, dtype);
+  model_ = register_module("model", std::make_shared<DecoderModel>(config, factory));
+  if (!config.tie_word_embeddings) {
+    lm_head_ = register_module("lm_head", std::make_shared<Linear>(config.hidden_size, config.vocab_size, false, factory));
+  }
+}
+
+std::vector<torch::nn::Module*> CausalLM::decoder_layers() {
+  std::vector<torch::nn::Module*> out;
+  for (auto& layer : model_->decoder_layers) out.push_back(layer.get());
+  return out;
+}
+
+namespace {
+
+void check_input(const CausalLMInput& in, const ModelConfig& c) {
+  if (!in.input_ids.defined() || in.input_ids.dim() != 2 || in.input_ids.scalar_type() != at::kLong) {
+    throw UserError("CausalLM::forward: input_ids must be an int64 tensor [batch, seq]");
+  }
+  const auto shape = in.input_ids.sizes();
+  for (const auto* t : {&in.attention_mask, &in.position_ids, &in.labels}) {
+    if (t->defined() && t->sizes() != shape) {
+      throw UserError("CausalLM::forward: attention_mask, position_ids and labels must have the shape of input_ids");
+    }
+  }
+  if (in.input_ids.numel() > 0) {
+    const int64_t lo = in.input_ids.min().item<int64_t>(), hi = in.input_ids.max().item<int64_t>();
+    if (lo < 0 || hi >= c.vocab_size) {
+      throw UserError("CausalLM::forward: token id " + std::to_string(lo < 0 ? lo : hi) + " is outside the vocabulary [0, " +
+                      std::to_string(c.vocab_size) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+CausalLMOutput CausalLM::forward(const CausalLMInput& in) {
+  check_input(in, config_);
+  CausalLMOutput out;
+  const bool want_router_logits = config_.num_experts > 0 && in.output_router_logits.value_or(config_.output_router_logits);
+  std::vector<at::Tensor>* router_logits = want_router_logits ? &out.router_logits : nullptr;
+  out.logits = fsdp::hooked_forward(*this, [&] {
+    const at::Tensor hidden = model_->forward(in.input_ids, in.attention_mask, in.position_ids, in.document_mask, router_logits);
+    const at::Tensor& head = lm_head_ ? lm_head_->weight : model_->embed_tokens->weight;
+    return at::linear(hidden, head).to(at::kFloat);
+  });
+  if (!in.labels.defined()) return out;
+  // Next-token prediction: position t predicts labels[t + 1]; the last position predicts nothing.
+  const int64_t batch = in.labels.size(0), seq = in.labels.size(1);
+  const at::Tensor shifted =
+      at::cat({in.labels.narrow(1, 1, seq - 1), at::full({batch, 1}, -100, in.labels.options())}, 1).reshape({-1});
+  out.lm_loss_sum = at::cross_entropy_loss(out.logits.reshape({batch * seq, -1}), shifted, {}, at::Reduction::Sum, -100);
+  out.label_tokens = shifted.ne(-100).sum().item<int64_t>();
+  out.lm_loss = out.lm_loss_sum / static_cast<double>(std::max<int64_t>(out.label_tokens, 1));
+  out.loss = out.lm_loss;
+  if (want_router_logits && !out.router_logits.empty()) {
+    out.aux_loss = load_balancing_loss(out.router_logits, config_.num_experts, config_.num_experts_per_tok, in.attention_mask);
+    out.loss = out.lm_loss + config_.router_aux_loss_coef * out.aux_loss;
+  }
+  return out;
+}
+
+}  // namespace hyperparallel::models

@@ -1,0 +1,103 @@
+// The decoder body. See decoder.h.
+#include "decoder.h"
+
+#include <limits>
+
+#include "attention.h"
+#include "hyperparallel/fsdp/module_hooks.h"
+#include "hyperparallel/platform/user_error.h"
+#include "moe.h"
+#include "rotary.h"
+
+namespace hyperparallel::models {
+
+DecoderLayer::DecoderLayer(const ModelConfig& c, int64_t index, ParamFactory& factory)
+    : torch::nn::Module(c.class_prefix() + "DecoderLayer") {
+  const std::string norm_type = c.class_prefix() + "RMSNorm";
+  // Registration order follows HF's attribute order, so named_parameters() lists the same.
+  self_attn = register_module("self_attn", std::shared_ptr<AttentionModule>(std::make_shared<Attention>(c, factory)));
+  if (c.is_moe_layer(index)) {
+    mlp = register_module("mlp", std::shared_ptr<FeedForwardModule>(std::make_shared<SparseMoeBlock>(c, factory)));
+  } else {
+    mlp = register_module("mlp", std::shared_ptr<FeedForwardModule>(std::make_shared<Mlp>(
+                                     c.class_prefix() + "MLP", c.hidden_size, c.intermediate_size, c.mlp_bias, factory)));
+  }
+  input_layernorm = register_module("input_layernorm", std::shared_ptr<NormModule>(std::make_shared<RMSNorm>(
+                                                           norm_type, c.hidden_size, c.rms_norm_eps, factory)));
+  post_attention_layernorm = register_module(
+      "post_attention_layernorm",
+      std::shared_ptr<NormModule>(std::make_shared<RMSNorm>(norm_type, c.hidden_size, c.rms_norm_eps, factory)));
+}
+
+at::Tensor DecoderLayer::forward(const at::Tensor& hidden, const AttentionInputs& inputs, std::vector<at::Tensor>* router_logits) {
+  return fsdp::hooked_forward(*this, hidden, [&](const at::Tensor& x) {
+    const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), inputs);
+    return h + mlp->forward(post_attention_layernorm->forward(h), router_logits);
+  });
+}
+
+void DecoderLayer::replace_child(const std::string& name, std::shared_ptr<torch::nn::Module> replacement) {
+  if (name == "input_layernorm") {
+    input_layernorm = replace_norm_child(*this, name, replacement);
+  } else if (name == "post_attention_layernorm") {
+    post_attention_layernorm = replace_norm_child(*this, name, replacement);
+  } else if (name == "self_attn") {
+    auto attn = std::dynamic_pointer_cast<AttentionModule>(replacement);
+    if (!attn) throw UserError(this->name() + ".self_attn is an attention; the replacement " + replacement->name() + " is not");
+    self_attn = replace_module(name, attn);
+  } else if (name == "mlp") {
+    auto ff = std::dynamic_pointer_cast<FeedForwardModule>(replacement);
+    if (!ff) throw UserError(this->name() + ".mlp is a feed-forward block; the replacement " + replacement->name() + " is not");
+    mlp = replace_module(name, ff);
+  } else {
+    throw UserError(this->name() + " has no replaceable child '" + name +
+                    "' (replaceable: self_attn, mlp, input_layernorm, post_attention_layernorm)");
+  }
+}
+
+DecoderModel::DecoderModel(const ModelConfig& c, ParamFactory& factory) : torch::nn::Module(c.class_prefix() + "Model") {
+  embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, factory));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    decoder_layers.push_back(std::make_shared<DecoderLayer>(c, i, factory));
+    layers->push_back(decoder_layers.back());
+  }
+  norm = register_module("norm", std::shared_ptr<NormModule>(std::make_shared<RMSNorm>(c.class_prefix() + "RMSNorm", c.hidden_size,
+                                                                                     c.rms_norm_eps, factory)));
+  inv_freq_ = rope_inv_freq(c);
+}
+
+void DecoderModel::replace_child(const std::string& name, std::shared_ptr<torch::nn::Module> replacement) {
+  if (name != "norm") throw UserError(this->name() + " has no replaceable child '" + name + "' (replaceable: norm)");
+  norm = replace_norm_child(*this, name, replacement);
+}
+
+at::Tensor build_attention_mask(int64_t batch, int64_t seq, const at::Tensor& attention_mask, const at::Tensor& position_ids,
+                                bool document_mask, at::ScalarType dtype) {
+  at::Tensor allowed = at::ones({seq, seq}, at::kBool).tril().view({1, 1, seq, seq}).expand({batch, 1, seq, seq});
+  if (attention_mask.defined()) allowed = allowed.logical_and(attention_mask.to(at::kBool).view({batch, 1, 1, seq}));
+  if (document_mask && position_ids.defined()) {
+    const at::Tensor doc = position_ids.eq(0).cumsum(1);  // [B, T]
+    allowed = allowed.logical_and(doc.view({batch, 1, seq, 1}).eq(doc.view({batch, 1, 1, seq})));
+  }
+  const double lowest = dtype == at::kDouble ? std::numeric_limits<double>::lowest()
+                        : dtype == at::kBFloat16 ? -3.38953138925153547590470800371487866880e+38
+                        : dtype == at::kHalf     ? -65504.0
+                                                 : static_cast<double>(std::numeric_limits<float>::lowest());
+  return at::zeros({batch, 1, seq, seq}, at::TensorOptions().dtype(dtype)).masked_fill(allowed.logical_not(), lowest);
+}
+
+at::Tensor DecoderModel::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids_in,
+                                 bool document_mask, std::vector<at::Tensor>* router_logits) {
+  const int64_t batch = input_ids.size(0), seq = input_ids.size(1);
+  const at::Tensor position_ids =
+      position_ids_in.defined() ? position_ids_in : at::arange(seq, at::kLong).view({1, seq}).expand({batch, seq});
+  at::Tensor hidden = embed_tokens->forward(input_ids);
+  AttentionInputs inputs;
+  std::tie(inputs.cos, inputs.sin) = rope_cos_sin(inv_freq_, position_ids, hidden.scalar_type());
+  inputs.mask = build_attention_mask(batch, seq, attention_mask, position_ids_in, document_mask, hidden.scalar_type());
+  for (auto& layer : decoder_layers) hidden = layer->forward(hidden, inputs, router_logits);
+  return norm->forward(hidden);
+}
+
+}  // namespace hyperparallel::models

@@ -1,0 +1,33 @@
+// FusedQKVAttention: the same function as Attention with less memory traffic.
+//  - q, k and v come from one GEMM over the concatenated projection weights;
+//  - grouped KV heads are not repeated: the G query heads of one KV head form one
+//    [G*T, head_dim] operand of a single batched GEMM against that KV head;
+//  - scores are scaled and masked in place (no extra [B, H, T, T] temporaries).
+// It adopts the original's children (q_proj ... o_proj, q_norm, k_norm: same tensors, same
+// names). Results equal the eager attention's to float rounding (tests: within 1e-6).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "attention.h"
+
+namespace hyperparallel::models {
+
+class FusedQKVAttention : public AttentionModule, public ModuleSlots {
+ public:
+  explicit FusedQKVAttention(Attention& original);
+  at::Tensor forward(const at::Tensor& hidden, const AttentionInputs& inputs) override;
+  void replace_child(const std::string& name, std::shared_ptr<torch::nn::Module> replacement) override;
+
+ private:
+  int64_t num_heads_, num_kv_heads_, head_dim_;
+  double scaling_;
+  std::shared_ptr<Linear> q_proj_, k_proj_, v_proj_, o_proj_;
+  std::shared_ptr<NormModule> q_norm_, k_norm_;
+};
+
+// plan_overrides factory: replaces any Attention (UserError for other module types).
+std::shared_ptr<torch::nn::Module> make_fused_qkv_attention(torch::nn::Module& original, const ModelConfig& config);
+
+}  // namespace hyperparallel::models

@@ -1,0 +1,70 @@
+// Sparse MoE block and its auxiliary loss. See moe.h.
+#include "moe.h"
+
+#include <string>
+
+namespace hyperparallel::models {
+
+SparseMoeBlock::SparseMoeBlock(const ModelConfig& c, ParamFactory& factory)
+    : FeedForwardModule(c.class_prefix() + "SparseMoeBlock"),
+      num_experts(c.num_experts),
+      top_k(c.num_experts_per_tok),
+      norm_topk_prob(c.norm_topk_prob) {
+  gate = register_module("gate", std::make_shared<Linear>(c.hidden_size, c.num_experts, false, factory));
+  experts = register_module("experts", torch::nn::ModuleList());
+  for (int64_t e = 0; e < num_experts; ++e) {
+    expert_mlps.push_back(std::make_shared<Mlp>(c.class_prefix() + "MLP", c.hidden_size, c.moe_intermediate_size, false, factory));
+    experts->push_back(expert_mlps.back());
+  }
+}
+
+at::Tensor SparseMoeBlock::forward(const at::Tensor& x, std::vector<at::Tensor>* router_logits_out) {
+  const auto shape = x.sizes().vec();
+  const int64_t hidden = shape.back();
+  const at::Tensor tokens = x.reshape({-1, hidden});
+  const at::Tensor logits = gate->forward(tokens);
+  at::Tensor weights = at::softmax(logits, 1, at::kFloat);
+  auto [top_weights, selected] = at::topk(weights, top_k, -1);
+  if (norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
+  top_weights = top_weights.to(x.scalar_type());
+  at::Tensor out = at::zeros_like(tokens);
+  // expert_mask [experts, k, tokens]; torch.where order: by slot, then token.
+  const at::Tensor expert_mask = at::one_hot(selected, num_experts).permute({2, 1, 0});
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const auto where = at::where(expert_mask[e]);
+    const at::Tensor& slot = where[0];
+    const at::Tensor& token = where[1];
+    if (token.numel() == 0) continue;
+    const at::Tensor expert_out =
+        expert_mlps[e]->forward(tokens.index_select(0, token), nullptr) * top_weights.index({token, slot}).unsqueeze(-1);
+    out = out.index_add(0, token, expert_out.to(x.scalar_type()));
+  }
+  if (router_logits_out) router_logits_out->push_back(logits);
+  return out.reshape(shape);
+}
+
+at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t num_experts, int64_t top_k,
+                               const at::Tensor& attention_mask) {
+  const at::Tensor gate_logits = at::cat(router_logits, 0);
+  const at::Tensor weights = at::softmax(gate_logits, -1);
+  const at::Tensor selected = std::get<1>(at::topk(weights, top_k, -1));
+  const at::Tensor expert_mask = at::one_hot(selected, num_experts).to(at::kFloat);  // [N, k, E]
+  at::Tensor tokens_per_expert, router_prob_per_expert;
+  if (!attention_mask.defined()) {
+    tokens_per_expert = expert_mask.mean(0);
+    router_prob_per_expert = weights.mean(0);
+  } else {
+    const int64_t batch = attention_mask.size(0), seq = attention_mask.size(1);
+    const int64_t layers = gate_logits.size(0) / (batch * seq);
+    const at::Tensor mask = attention_mask.to(weights.scalar_type());
+    const at::Tensor expert_attention = mask.view({1, batch, seq, 1, 1}).expand({layers, batch, seq, top_k, num_experts})
+                                            .reshape({-1, top_k, num_experts});
+    tokens_per_expert = (expert_mask * expert_attention).sum(0) / expert_attention.sum(0);
+    const at::Tensor router_attention =
+        mask.view({1, batch, seq, 1}).expand({layers, batch, seq, num_experts}).reshape({-1, num_experts});
+    router_prob_per_expert = (weights * router_attention).sum(0) / router_attention.sum(0);
+  }
+  return (tokens_per_expert * router_prob_per_expert.unsqueeze(0)).sum() * static_cast<double>(num_experts);
+}
+
+}  // namespace hyperparallel::models
