@@ -1,0 +1,106 @@
+// Forward + backward throughput of a ~48 M-parameter Qwen3 on one rank, next to a matmul
+// roofline measured in the same run, with and without the plan_overrides replacements
+// (fused_qkv_attention + fused_rms_norm). For docs/benchmarks.md ("Models").
+//
+// Model: vocab 32768, hidden 512, 10 layers, 8 heads of 64 (4 KV heads), MLP 1536, tied
+// embeddings; batch 4 x 512 tokens. FLOPs per step count every matmul of forward and
+// backward: 6 x tokens x (matmul parameters incl. the head) + 12 x layers x tokens x seq x
+// heads x head_dim for attention scores and values (causal masking not discounted).
+// The roofline is the best fp32 GEMM rate at the model's own shapes in this process and
+// moment, so the ratio says how much of the time goes to work other than large matmuls.
+// Modes run interleaved (A B A B ...) and each reports its median step.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "hyperparallel/models/auto_model.h"
+
+namespace hp = hyperparallel;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Best GFLOP/s of C = A B over the model's GEMM shapes (M tokens, K -> N features).
+double matmul_roofline_gflops(int64_t tokens, int64_t hidden, int64_t inter) {
+  double best = 0;
+  for (auto [k, n] : std::vector<std::pair<int64_t, int64_t>>{{hidden, inter}, {inter, hidden}, {hidden, 2 * hidden}}) {
+    const at::Tensor a = at::randn({tokens, k}), b = at::randn({k, n});
+    at::Tensor c = at::mm(a, b);
+    std::vector<double> times;
+    for (int i = 0; i < 10; ++i) {
+      const auto t = Clock::now();
+      at::mm_out(c, a, b);
+      times.push_back(seconds_since(t));
+    }
+    best = std::max(best, 2.0 * tokens * k * n / median(times) / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int steps = argc > 1 ? std::atoi(argv[1]) : 6;
+  hp::models::ModelConfig c = hp::models::debug_flavour_config("qwen3-debug");
+  c.vocab_size = 32768;
+  c.hidden_size = 512;
+  c.num_hidden_layers = 10;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.head_dim = 64;
+  c.intermediate_size = 1536;
+  constexpr int64_t kBatch = 4, kSeq = 512;
+  const int64_t tokens = kBatch * kSeq;
+
+  hp::models::ModelLoadOptions plain;
+  plain.seed = 1;
+  hp::models::ModelLoadOptions fused = plain;
+  fused.plan_overrides = {{"*.self_attn", "Qwen3Attention", "fused_qkv_attention"}, {"*", "Qwen3RMSNorm", "fused_rms_norm"}};
+  std::vector<std::pair<std::string, std::shared_ptr<hp::models::CausalLM>>> modes = {
+      {"reference", hp::models::AutoModelForCausalLM::from_config(c, plain)},
+      {"plan_overrides", hp::models::AutoModelForCausalLM::from_config(c, fused)}};
+
+  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const double matmul_params = c.num_hidden_layers * (c.hidden_size * (2 * q + 2 * kv) + 3.0 * c.hidden_size * c.intermediate_size) +
+                               static_cast<double>(c.vocab_size) * c.hidden_size;
+  const double flops = 6.0 * tokens * matmul_params + 12.0 * c.num_hidden_layers * tokens * kSeq * q;
+
+  auto gen = at::detail::createCPUGenerator(3);
+  hp::models::CausalLMInput in;
+  in.input_ids = at::randint(c.vocab_size, {kBatch, kSeq}, gen, at::kLong);
+  in.labels = in.input_ids;
+  std::vector<std::vector<double>> times(modes.size());
+  for (int s = 0; s < steps + 1; ++s) {
+    for (size_t m = 0; m < modes.size(); ++m) {
+      auto& model = *modes[m].second;
+      model.zero_grad();
+      const auto t = Clock::now();
+      model.forward(in).loss.backward();
+      if (s > 0) times[m].push_back(seconds_since(t));  // step 0 warms up
+    }
+  }
+  const double roofline = matmul_roofline_gflops(tokens, c.hidden_size, c.intermediate_size);
+  std::printf("model: Qwen3 %.1f M parameters, batch %ld x %ld, %d threads, %.1f GFLOP per step\n",
+              c.parameter_count() / 1e6, static_cast<long>(kBatch), static_cast<long>(kSeq), at::get_num_threads(), flops / 1e9);
+  std::printf("matmul roofline (best fp32 GEMM at the model's shapes): %.1f GFLOP/s\n", roofline);
+  std::printf("%-16s %10s %12s %10s %14s\n", "mode", "step_ms", "tokens/s", "GFLOP/s", "of_roofline");
+  for (size_t m = 0; m < modes.size(); ++m) {
+    const double step = median(times[m]);
+    std::printf("%-16s %10.1f %12.0f %10.1f %13.1f%%\n", modes[m].first.c_str(), step * 1e3, tokens / step, flops / step / 1e9,
+                100.0 * flops / step / 1e9 / roofline);
+  }
+  return 0;
+}
