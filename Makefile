@@ -32,6 +32,7 @@ demo: build
 bench: build
 	scripts/bench_comm.sh $(BUILD_DIR)
 	scripts/bench_fsdp.sh $(BUILD_DIR)
+	scripts/bench_models.sh $(BUILD_DIR)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -1,6 +1,6 @@
 // Forward + backward throughput of a ~48 M-parameter Qwen3 on one rank, next to a matmul
 // roofline measured in the same run, with and without the plan_overrides replacements
-// (fused_qkv_attention + fused_rms_norm). For docs/benchmarks.md ("Models").
+// (fused_qkv_attention, fused_rms_norm, both). For docs/benchmarks.md ("Models").
 //
 // Model: vocab 32768, hidden 512, 10 layers, 8 heads of 64 (4 KV heads), MLP 1536, tied
 // embeddings; batch 4 x 512 tokens. FLOPs per step count every matmul of forward and
@@ -19,6 +19,7 @@
 #include <ATen/Parallel.h>
 
 #include "hyperparallel/models/auto_model.h"
+#include "hyperparallel/platform/host_allocator.h"
 
 namespace hp = hyperparallel;
 
@@ -54,6 +55,9 @@ double matmul_roofline_gflops(int64_t tokens, int64_t hidden, int64_t inter) {
 
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 6;
+  // Without it every step pays page faults for its temporaries (host_allocator.h).
+  const bool cache = !(argc > 2 && std::string(argv[2]) == "--no-host-cache");
+  if (cache) hp::platform::CachingHostAllocator::install();
   hp::models::ModelConfig c = hp::models::debug_flavour_config("qwen3-debug");
   c.vocab_size = 32768;
   c.hidden_size = 512;
@@ -67,11 +71,15 @@ int main(int argc, char** argv) {
 
   hp::models::ModelLoadOptions plain;
   plain.seed = 1;
-  hp::models::ModelLoadOptions fused = plain;
-  fused.plan_overrides = {{"*.self_attn", "Qwen3Attention", "fused_qkv_attention"}, {"*", "Qwen3RMSNorm", "fused_rms_norm"}};
-  std::vector<std::pair<std::string, std::shared_ptr<hp::models::CausalLM>>> modes = {
-      {"reference", hp::models::AutoModelForCausalLM::from_config(c, plain)},
-      {"plan_overrides", hp::models::AutoModelForCausalLM::from_config(c, fused)}};
+  const hp::models::PlanOverride attention{"*.self_attn", "Qwen3Attention", "fused_qkv_attention"};
+  const hp::models::PlanOverride norm{"*", "Qwen3RMSNorm", "fused_rms_norm"};
+  std::vector<std::pair<std::string, std::shared_ptr<hp::models::CausalLM>>> modes;
+  for (const auto& [name, overrides] : std::vector<std::pair<std::string, std::vector<hp::models::PlanOverride>>>{
+           {"reference", {}}, {"fused_qkv_attention", {attention}}, {"fused_rms_norm", {norm}}, {"both", {attention, norm}}}) {
+    hp::models::ModelLoadOptions options = plain;
+    options.plan_overrides = overrides;
+    modes.emplace_back(name, hp::models::AutoModelForCausalLM::from_config(c, options));
+  }
 
   const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   const double matmul_params = c.num_hidden_layers * (c.hidden_size * (2 * q + 2 * kv) + 3.0 * c.hidden_size * c.intermediate_size) +
@@ -83,23 +91,24 @@ int main(int argc, char** argv) {
   in.input_ids = at::randint(c.vocab_size, {kBatch, kSeq}, gen, at::kLong);
   in.labels = in.input_ids;
   std::vector<std::vector<double>> times(modes.size());
-  for (int s = 0; s < steps + 1; ++s) {
+  for (int s = 0; s < steps + 2; ++s) {
     for (size_t m = 0; m < modes.size(); ++m) {
       auto& model = *modes[m].second;
       model.zero_grad();
       const auto t = Clock::now();
       model.forward(in).loss.backward();
-      if (s > 0) times[m].push_back(seconds_since(t));  // step 0 warms up
+      if (s > 1) times[m].push_back(seconds_since(t));  // steps 0 and 1 warm up (and fill the host cache)
     }
   }
   const double roofline = matmul_roofline_gflops(tokens, c.hidden_size, c.intermediate_size);
   std::printf("model: Qwen3 %.1f M parameters, batch %ld x %ld, %d threads, %.1f GFLOP per step\n",
               c.parameter_count() / 1e6, static_cast<long>(kBatch), static_cast<long>(kSeq), at::get_num_threads(), flops / 1e9);
+  std::printf("host allocation cache: %s\n", cache ? "on" : "off");
   std::printf("matmul roofline (best fp32 GEMM at the model's shapes): %.1f GFLOP/s\n", roofline);
-  std::printf("%-16s %10s %12s %10s %14s\n", "mode", "step_ms", "tokens/s", "GFLOP/s", "of_roofline");
+  std::printf("%-20s %10s %12s %10s %14s\n", "mode", "step_ms", "tokens/s", "GFLOP/s", "of_roofline");
   for (size_t m = 0; m < modes.size(); ++m) {
     const double step = median(times[m]);
-    std::printf("%-16s %10.1f %12.0f %10.1f %13.1f%%\n", modes[m].first.c_str(), step * 1e3, tokens / step, flops / step / 1e9,
+    std::printf("%-20s %10.1f %12.0f %10.1f %13.1f%%\n", modes[m].first.c_str(), step * 1e3, tokens / step, flops / step / 1e9,
                 100.0 * flops / step / 1e9 / roofline);
   }
   return 0;

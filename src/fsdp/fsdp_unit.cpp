@@ -129,10 +129,8 @@ FSDPUnit::FSDPUnit(std::vector<torch::nn::Module*> modules, std::vector<Param> p
     params_.push_back(std::move(sp));
   }
   sharded_ = at::zeros({shard_total});
-  sharded_grad_ = at::zeros({shard_total});
   offload_ = options.offload_policy.cpu_offload;
   if (param_dtype_ != at::kFloat || offload_) device_shard_ = at::zeros({shard_total}, at::TensorOptions().dtype(param_dtype_));
-  reduced_ = at::zeros({shard_total}, at::TensorOptions().dtype(reduce_dtype_));
   unsharded_ = ReleasableBuffer(shard_total * n, param_dtype_);
   unsharded_grad_ = ReleasableBuffer(shard_total * n, param_dtype_);
   if (reduce_dtype_ != param_dtype_) reduce_input_ = ReleasableBuffer(shard_total * n, reduce_dtype_);
@@ -224,10 +222,16 @@ void FSDPUnit::transition(UnitState from, UnitState to) {
 void FSDPUnit::point_params_at_sharded() {
   for (auto& sp : params_) {
     sp.param.set_data(sp.view_of(sharded_, sp.shard_offset, sp.local_rows));
-    if (sp.param.requires_grad() && !accumulating_) {
+    if (sp.param.requires_grad() && !accumulating_ && sharded_grad_.defined()) {
       sp.param.mutable_grad() = sp.view_of(sharded_grad_, sp.shard_offset, sp.local_rows);
     }
   }
+}
+
+void FSDPUnit::ensure_grad_buffers() {
+  if (sharded_grad_.defined()) return;
+  sharded_grad_ = at::zeros({sharded_.numel()});
+  reduced_ = at::zeros({sharded_.numel()}, at::TensorOptions().dtype(reduce_dtype_));
 }
 
 WarmMemoryPool* FSDPUnit::pool() const { return root_ ? root_->pool() : nullptr; }
@@ -396,6 +400,7 @@ void FSDPUnit::issue_reduce_scatter() {
   for (const auto& [name, p] : replicated_) {
     if (p.requires_grad() && p.grad().defined()) pending_replicated_.push_back(dp_comm_->all_reduce(p.grad(), settings_.reduce_op));
   }
+  ensure_grad_buffers();
   // Every gradient of the unit is in unsharded_grad_: reduce-scatter now, overlapping the
   // backward of the units before this one; the root waits for it at the end of backward.
   at::Tensor source = unsharded_grad_.tensor();

@@ -5,6 +5,8 @@
 // block_k = ceil(dim0_k / N) * (numel_k / dim0_k) elements per rank:
 //   sharded_         [sum_k block_k]      this rank's rows of every parameter (fp32 master)
 //   sharded_grad_    [sum_k block_k]      reduced gradients; each p.grad aliases its rows
+//                                         (allocated at the first backward: until then no
+//                                         p.grad, as in PyTorch, and no memory)
 //   unsharded_       [N * sum_k block_k]  the all-gather output in blocked layout: p_k is
 //                                         contiguous there, so the full p_k is an alias
 //   unsharded_grad_  same layout          backward accumulates here; one reduce-scatter
@@ -127,6 +129,7 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   void issue_reduce_scatter();
   void register_grad_hooks();
   void point_params_at_sharded();
+  void ensure_grad_buffers();  // sharded_grad_ and reduced_, on first use
   // Parameters back to their shards; the full-parameter memory to the pool.
   void release_unsharded();
   WarmMemoryPool* pool() const;  // the root's, or none before the first forward

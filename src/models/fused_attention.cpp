@@ -2,9 +2,14 @@
 #include "fused_attention.h"
 
 #include "hyperparallel/platform/user_error.h"
+#include "fused_rope.h"
 #include "rotary.h"
 
 namespace hyperparallel::models {
+
+namespace {
+constexpr int64_t kQueryBlock = 256;  // rows of queries per causal block
+}  // namespace
 
 FusedQKVAttention::FusedQKVAttention(Attention& original)
     : AttentionModule("FusedQKVAttention"),
@@ -31,27 +36,41 @@ at::Tensor FusedQKVAttention::forward(const at::Tensor& hidden, const AttentionI
   const at::Tensor qkv = at::linear(hidden, weight, bias);  // [B, T, (H + 2 KV) D]
   at::Tensor q = qkv.narrow(-1, 0, q_width).view({batch, seq, num_heads_, head_dim_});
   at::Tensor k = qkv.narrow(-1, q_width, kv_width).view({batch, seq, num_kv_heads_, head_dim_});
-  const at::Tensor v = qkv.narrow(-1, q_width + kv_width, kv_width).view({batch, seq, num_kv_heads_, head_dim_}).transpose(1, 2);
+  const at::Tensor v = qkv.narrow(-1, q_width + kv_width, kv_width).view({batch, seq, num_kv_heads_, head_dim_}).transpose(1, 2).contiguous();
   if (q_norm_) {
     q = q_norm_->forward(q);
     k = k_norm_->forward(k);
   }
-  // Query heads kv*G + g of KV head kv, as [B, KV, G, T, D]; rope broadcast over both head dims.
-  q = q.view({batch, seq, num_kv_heads_, groups, head_dim_}).permute({0, 2, 3, 1, 4});
-  const at::Tensor cos = in.cos.view({batch, 1, 1, seq, head_dim_}), sin = in.sin.view({batch, 1, 1, seq, head_dim_});
-  const int64_t half = head_dim_ / 2;
-  auto rope = [&](const at::Tensor& x, const at::Tensor& c, const at::Tensor& s) {
-    return x * c + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * s;
-  };
-  q = rope(q, cos, sin).reshape({batch, num_kv_heads_, groups * seq, head_dim_});
-  k = rope(k.transpose(1, 2), in.cos.unsqueeze(1), in.sin.unsqueeze(1));  // [B, KV, T, D]
-  at::Tensor scores = at::matmul(q, k.transpose(2, 3));                  // [B, KV, G*T, T]
-  scores.mul_(scaling_);
-  if (in.mask.defined()) scores.view({batch, num_kv_heads_, groups, seq, seq}).add_(in.mask.unsqueeze(2));
-  const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-  const at::Tensor out = at::matmul(probs, v)  // [B, KV, G*T, D]
-                             .view({batch, num_kv_heads_, groups, seq, head_dim_})
-                             .permute({0, 3, 1, 2, 4})
+  // The G query heads of KV head kv, position-major: rows t * G + g of one [T*G, D] operand.
+  if (q.scalar_type() == at::kFloat && in.cos.scalar_type() == at::kFloat) {
+    q = fused_rope(q, in.cos, in.sin, num_kv_heads_).view({batch, num_kv_heads_, seq * groups, head_dim_});
+    k = fused_rope(k, in.cos, in.sin, num_kv_heads_).view({batch, num_kv_heads_, seq, head_dim_});
+  } else {
+    q = apply_rope(q.transpose(1, 2), in.cos, in.sin)
+            .view({batch, num_kv_heads_, groups, seq, head_dim_})
+            .transpose(2, 3)
+            .reshape({batch, num_kv_heads_, seq * groups, head_dim_});
+    k = apply_rope(k.transpose(1, 2), in.cos, in.sin);
+  }
+  // Causal attention in query blocks: block [q0, q1) only needs keys [0, q1), the rest of
+  // its row is masked to exactly zero weight, so skipping it changes nothing but work.
+  const int64_t block = seq >= 2 * kQueryBlock ? kQueryBlock : seq;
+  std::vector<at::Tensor> outs;
+  for (int64_t q0 = 0; q0 < seq; q0 += block) {
+    const int64_t len = std::min(block, seq - q0), keys = q0 + len;
+    const at::Tensor kc = k.narrow(2, 0, keys), vc = v.narrow(2, 0, keys);
+    at::Tensor scores = at::matmul(q.narrow(2, q0 * groups, len * groups), kc.transpose(2, 3));  // [B, KV, len*G, keys]
+    scores.mul_(scaling_);
+    if (in.mask.defined()) {
+      scores.view({batch, num_kv_heads_, len, groups, keys})
+          .add_(in.mask.narrow(2, q0, len).narrow(3, 0, keys).view({batch, 1, len, 1, keys}));
+    }
+    const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+    outs.push_back(at::matmul(probs, vc));  // [B, KV, len*G, D]
+  }
+  const at::Tensor out = (outs.size() == 1 ? outs[0] : at::cat(outs, 2))
+                             .view({batch, num_kv_heads_, seq, groups, head_dim_})
+                             .permute({0, 2, 1, 3, 4})
                              .reshape({batch, seq, q_width});
   return o_proj_->forward(out);
 }

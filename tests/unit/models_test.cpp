@@ -203,6 +203,31 @@ TEST(Models, PlanOverridesKeepParametersAndMatchTheOriginal) {
   }
 }
 
+TEST(Models, FusedAttentionMatchesAtLongSequencesWithPaddingAndPacking) {
+  // Long enough for the causal query blocks (>= 512 positions), with right padding (as the
+  // trainer pads) in one row and two packed documents in the other.
+  auto reference = AutoModelForCausalLM::from_pretrained("qwen3-debug");
+  ModelLoadOptions options;
+  options.plan_overrides = {{"*.self_attn", "Qwen3Attention", "fused_qkv_attention"}};
+  auto fused = AutoModelForCausalLM::from_pretrained("qwen3-debug", options);
+  CausalLMInput in = random_batch(512, 2, 600, 9);
+  in.attention_mask = at::ones({2, 600}, at::kLong);
+  in.attention_mask[0].narrow(0, 563, 37).zero_();
+  in.labels = in.input_ids.masked_fill(in.attention_mask.eq(0), -100);
+  in.position_ids = at::stack({at::arange(600), at::cat({at::arange(250), at::arange(350)})});
+  auto a = reference->forward(in), b = fused->forward(in);
+  const at::Tensor real = in.attention_mask.to(at::kBool);
+  EXPECT_LE(max_abs(a.logits.index({real}), b.logits.index({real})), 1e-6 * std::max(1.0, a.logits.abs().max().item<double>()));
+  EXPECT_NEAR(a.loss.item<double>(), b.loss.item<double>(), 1e-6 * a.loss.item<double>());
+  a.loss.backward();
+  b.loss.backward();
+  auto grads = reference->named_parameters();
+  for (const auto& item : fused->named_parameters()) {
+    const at::Tensor& g = grads[item.key()].grad();
+    EXPECT_LE(max_abs(item.value().grad(), g), 1e-6 * std::max(1.0, g.abs().max().item<double>())) << item.key();
+  }
+}
+
 TEST(Models, PlanOverrideMistakesListWhatExists) {
   const auto build = [](std::vector<hp::models::PlanOverride> overrides) {
     ModelLoadOptions options;
