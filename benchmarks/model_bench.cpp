@@ -6,9 +6,11 @@
 // embeddings; batch 4 x 512 tokens. FLOPs per step count every matmul of forward and
 // backward: 6 x tokens x (matmul parameters incl. the head) + 12 x layers x tokens x seq x
 // heads x head_dim for attention scores and values (causal masking not discounted).
-// The roofline is the best fp32 GEMM rate at the model's own shapes in this process and
-// moment, so the ratio says how much of the time goes to work other than large matmuls.
-// Modes run interleaved (A B A B ...) and each reports its median step.
+// The roofline is the best fp32 GEMM rate at the model's own shapes, measured again before
+// every round of steps (the machine's speed drifts by +-10 % within minutes), and each step is
+// set against the roofline of its round; the ratio says how much of the time goes to work
+// other than large matmuls. Modes run interleaved (A B C D, A B C D, ...); each reports its
+// median step and its median ratio.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +22,11 @@
 
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/platform/host_allocator.h"
+#include "models/attention.h"
+#include "models/decoder.h"
+#include "models/fused_attention.h"
+#include "models/fused_rms_norm.h"
+#include "models/rotary.h"
 
 namespace hp = hyperparallel;
 
@@ -41,7 +48,7 @@ double matmul_roofline_gflops(int64_t tokens, int64_t hidden, int64_t inter) {
     const at::Tensor a = at::randn({tokens, k}), b = at::randn({k, n});
     at::Tensor c = at::mm(a, b);
     std::vector<double> times;
-    for (int i = 0; i < 10; ++i) {
+    for (int i = 0; i < 4; ++i) {
       const auto t = Clock::now();
       at::mm_out(c, a, b);
       times.push_back(seconds_since(t));
@@ -49,6 +56,47 @@ double matmul_roofline_gflops(int64_t tokens, int64_t hidden, int64_t inter) {
     best = std::max(best, 2.0 * tokens * k * n / median(times) / 1e9);
   }
   return best;
+}
+
+// Median ms of `fn` (forward + backward of one module) over `reps` after one warm-up.
+template <typename Fn>
+double module_ms(Fn&& fn, int reps) {
+  fn();
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    const auto t = Clock::now();
+    fn();
+    times.push_back(seconds_since(t) * 1e3);
+  }
+  return median(times);
+}
+
+// Each replacement next to the module it replaces, forward + backward, at the benchmark
+// model's sizes: the norm on [4, 512, 512], attention on 2048 tokens as 4 x 512 and 1 x 2048.
+void compare_modules(const hp::models::ModelConfig& c) {
+  using namespace hp::models;
+  ParamFactory factory(false, 1, 0.02, at::kFloat);
+  std::printf("%-34s %12s %12s %8s\n", "module (forward + backward)", "reference_ms", "replaced_ms", "speedup");
+  auto norm = std::make_shared<RMSNorm>("Qwen3RMSNorm", c.hidden_size, c.rms_norm_eps, factory);
+  auto fused_norm = std::make_shared<FusedRMSNorm>(*norm);
+  const at::Tensor x = at::randn({4, 512, c.hidden_size}).requires_grad_();
+  const double ref_norm = module_ms([&] { norm->forward(x).sum().backward(); }, 21);
+  const double new_norm = module_ms([&] { fused_norm->forward(x).sum().backward(); }, 21);
+  std::printf("%-34s %12.2f %12.2f %7.2fx\n", "Qwen3RMSNorm -> fused_rms_norm", ref_norm, new_norm, ref_norm / new_norm);
+  auto attention = std::make_shared<Attention>(c, factory);
+  auto fused_attention = std::make_shared<FusedQKVAttention>(*attention);
+  for (int64_t seq : {512, 2048}) {
+    const int64_t batch = 2048 / seq;
+    const at::Tensor h = at::randn({batch, seq, c.hidden_size}).requires_grad_();
+    AttentionInputs in;
+    std::tie(in.cos, in.sin) =
+        rope_cos_sin(rope_inv_freq(c), at::arange(seq).view({1, seq}).expand({batch, seq}), at::kFloat);
+    in.mask = build_attention_mask(batch, seq, at::Tensor(), at::Tensor(), false, at::kFloat);
+    const double ref = module_ms([&] { attention->forward(h, in).sum().backward(); }, 5);
+    const double fused = module_ms([&] { fused_attention->forward(h, in).sum().backward(); }, 5);
+    const std::string name = "Qwen3Attention -> fused_qkv (T=" + std::to_string(seq) + ")";
+    std::printf("%-34s %12.2f %12.2f %7.2fx\n", name.c_str(), ref, fused, ref / fused);
+  }
 }
 
 }  // namespace
@@ -90,26 +138,35 @@ int main(int argc, char** argv) {
   hp::models::CausalLMInput in;
   in.input_ids = at::randint(c.vocab_size, {kBatch, kSeq}, gen, at::kLong);
   in.labels = in.input_ids;
-  std::vector<std::vector<double>> times(modes.size());
+  std::vector<std::vector<double>> times(modes.size()), ratios(modes.size());
+  std::vector<double> rooflines;
   for (int s = 0; s < steps + 2; ++s) {
+    const double roofline = matmul_roofline_gflops(tokens, c.hidden_size, c.intermediate_size);
     for (size_t m = 0; m < modes.size(); ++m) {
       auto& model = *modes[m].second;
       model.zero_grad();
       const auto t = Clock::now();
       model.forward(in).loss.backward();
-      if (s > 1) times[m].push_back(seconds_since(t));  // steps 0 and 1 warm up (and fill the host cache)
+      const double step = seconds_since(t);
+      if (s < 2) continue;  // steps 0 and 1 warm up (and fill the host cache)
+      times[m].push_back(step);
+      ratios[m].push_back(flops / step / 1e9 / roofline);
     }
+    if (s >= 2) rooflines.push_back(roofline);
   }
-  const double roofline = matmul_roofline_gflops(tokens, c.hidden_size, c.intermediate_size);
   std::printf("model: Qwen3 %.1f M parameters, batch %ld x %ld, %d threads, %.1f GFLOP per step\n",
               c.parameter_count() / 1e6, static_cast<long>(kBatch), static_cast<long>(kSeq), at::get_num_threads(), flops / 1e9);
   std::printf("host allocation cache: %s\n", cache ? "on" : "off");
-  std::printf("matmul roofline (best fp32 GEMM at the model's shapes): %.1f GFLOP/s\n", roofline);
+  std::vector<double> sorted = rooflines;
+  std::sort(sorted.begin(), sorted.end());
+  std::printf("matmul roofline (best fp32 GEMM at the model's shapes), per round: median %.1f, range %.1f-%.1f GFLOP/s\n",
+              median(rooflines), sorted.front(), sorted.back());
   std::printf("%-20s %10s %12s %10s %14s\n", "mode", "step_ms", "tokens/s", "GFLOP/s", "of_roofline");
   for (size_t m = 0; m < modes.size(); ++m) {
     const double step = median(times[m]);
     std::printf("%-20s %10.1f %12.0f %10.1f %13.1f%%\n", modes[m].first.c_str(), step * 1e3, tokens / step, flops / step / 1e9,
-                100.0 * flops / step / 1e9 / roofline);
+                100.0 * median(ratios[m]));
   }
+  compare_modules(c);
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "hyperparallel/io/hf_checkpoint.h"
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/platform/user_error.h"
+#include "models/rotary.h"
 
 namespace hp = hyperparallel;
 namespace fs = std::filesystem;
@@ -226,6 +227,20 @@ TEST(Models, FusedAttentionMatchesAtLongSequencesWithPaddingAndPacking) {
     const at::Tensor& g = grads[item.key()].grad();
     EXPECT_LE(max_abs(item.value().grad(), g), 1e-6 * std::max(1.0, g.abs().max().item<double>())) << item.key();
   }
+}
+
+TEST(Models, LinearRopeScalingDividesPositions) {
+  // transformers' "linear" type: inv_freq / factor, i.e. position p behaves as p / factor.
+  hp::models::ModelConfig plain = hp::models::debug_flavour_config("llama-debug");
+  hp::models::ModelConfig linear = plain;
+  linear.rope_scaling.type = "linear";
+  linear.rope_scaling.factor = 4.0;
+  const at::Tensor positions = at::arange(0, 64, 4).view({1, -1});
+  const auto [cos_linear, sin_linear] = hp::models::rope_cos_sin(hp::models::rope_inv_freq(linear), positions, at::kFloat);
+  const auto [cos_plain, sin_plain] = hp::models::rope_cos_sin(hp::models::rope_inv_freq(plain), positions / 4, at::kFloat);
+  EXPECT_LE(max_abs(cos_linear, cos_plain), 1e-6);
+  EXPECT_LE(max_abs(sin_linear, sin_plain), 1e-6);
+  EXPECT_GT(max_abs(cos_linear, hp::models::rope_cos_sin(hp::models::rope_inv_freq(plain), positions, at::kFloat).first), 0.1);
 }
 
 TEST(Models, PlanOverrideMistakesListWhatExists) {
