@@ -102,6 +102,7 @@ struct Tokenizer::Impl {
   std::mutex split_mutex;            // Oniguruma regions are not shareable
   bool byte_level = false;           // pre-tokenizer ByteLevel
   std::vector<DecoderStep> decoder;
+  std::vector<int64_t> template_prefix, template_suffix;  // TemplateProcessing "single" around $A
   ByteLevelAlphabet alphabet;
   // Added tokens by content; by first byte, longest first, for matching.
   std::map<std::string, int64_t> added;
@@ -258,6 +259,35 @@ Tokenizer Tokenizer::from_file(const std::string& path_or_dir) {
       }
     }
 
+    // Post-processor: the single-sequence template of TemplateProcessing (ByteLevel adds nothing).
+    std::vector<Json> post;
+    if (j.contains("post_processor") && !j["post_processor"].is_null()) {
+      const Json& p = j["post_processor"];
+      if (p.value("type", "") == "Sequence") {
+        for (const auto& x : p.at("processors")) post.push_back(x);
+      } else {
+        post.push_back(p);
+      }
+    }
+    for (const auto& p : post) {
+      const std::string type = p.value("type", "");
+      if (type == "ByteLevel") continue;
+      if (type != "TemplateProcessing") {
+        throw UserError(path + ": post-processor '" + type + "' is not supported (TemplateProcessing, ByteLevel are)");
+      }
+      bool seen_sequence = false;
+      for (const auto& piece : p.at("single")) {
+        if (piece.contains("Sequence")) {
+          seen_sequence = true;
+          continue;
+        }
+        const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
+        const auto ids = p.at("special_tokens").at(name).at("ids").get<std::vector<int64_t>>();
+        auto& target = seen_sequence ? impl->template_suffix : impl->template_prefix;
+        target.insert(target.end(), ids.begin(), ids.end());
+      }
+    }
+
     // Added tokens.
     for (const auto& a : j.value("added_tokens", Json::array())) {
       const std::string content = a.at("content").get<std::string>();
@@ -279,8 +309,9 @@ Tokenizer Tokenizer::from_file(const std::string& path_or_dir) {
   return Tokenizer(std::move(impl));
 }
 
-std::vector<int64_t> Tokenizer::encode(const std::string& text) const {
+std::vector<int64_t> Tokenizer::encode(const std::string& text, bool add_special_tokens) const {
   std::vector<int64_t> out;
+  if (add_special_tokens) out = impl_->template_prefix;
   size_t start = 0;  // of the text not yet encoded
   for (size_t i = 0; i < text.size();) {
     const auto& candidates = impl_->added_by_first_byte[static_cast<unsigned char>(text[i])];
@@ -301,6 +332,7 @@ std::vector<int64_t> Tokenizer::encode(const std::string& text) const {
     start = i;
   }
   if (start < text.size()) impl_->encode_segment(text.substr(start), out);
+  if (add_special_tokens) out.insert(out.end(), impl_->template_suffix.begin(), impl_->template_suffix.end());
   return out;
 }
 

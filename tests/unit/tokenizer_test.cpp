@@ -10,6 +10,7 @@
 
 #include "hyperparallel/data/tokenizer.h"
 #include "hyperparallel/platform/user_error.h"
+#include "support/subprocess.h"
 
 namespace hp = hyperparallel;
 
@@ -89,4 +90,35 @@ TEST(Tokenizer, MalformedFilesFailWithTheFileNamed) {
   const auto tokenizer = hp::data::Tokenizer::from_file(dir + "/tokenizer.json");
   EXPECT_EQ(tokenizer.encode("abab"), (std::vector<int64_t>{2, 2}));
   EXPECT_EQ(tokenizer.decode({2, 0}), "ab a");
+}
+
+TEST(Tokenizer, TokenizeCommandEncodesAndDecodesLines) {
+  // Every corpus text as a JSON string per line through `hyperparallel tokenize --jsonl`.
+  const auto expected = read_jsonl(kFixtures + "/expected/mistral.expected.jsonl");
+  const std::string input = testing::TempDir() + "/tokenize_input.jsonl";
+  {
+    std::ofstream out(input, std::ios::trunc);
+    for (const auto& record : expected) out << record["text"].dump() << "\n";
+  }
+  const std::string model = kFixtures + "/mistral";
+  auto result = hp::testing::run_subprocess(
+      {"/bin/sh", "-c", std::string(HP_CLI_PATH) + " tokenize --model " + model + " --jsonl < " + input});
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  std::istringstream lines(result.output);
+  std::string line;
+  size_t k = 0;
+  for (; std::getline(lines, line) && k < expected.size(); ++k) {
+    EXPECT_EQ(nlohmann::json::parse(line), expected[k]["ids"]) << "line " << k + 1;
+  }
+  EXPECT_EQ(k, expected.size());
+  result = hp::testing::run_subprocess(
+      {"/bin/sh", "-c", "echo '[1, 22557, 1526]' | " + std::string(HP_CLI_PATH) + " tokenize --model " + model + " --decode"});
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_NE(result.output.find("<s> Hello world"), std::string::npos) << result.output;
+  result = hp::testing::run_subprocess(
+      {"/bin/sh", "-c", "echo '[1, 99999]' | " + std::string(HP_CLI_PATH) + " tokenize --model " + model + " --decode"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.output.find("stdin line 1: 99999 is not a token id"), std::string::npos) << result.output;
+  result = hp::testing::run_subprocess({HP_CLI_PATH, "tokenize", "--model", "/nonexistent"});
+  EXPECT_EQ(result.exit_code, 2);
 }

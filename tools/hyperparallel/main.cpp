@@ -22,6 +22,8 @@ constexpr const char* kUsage =
     "        start N local ranks of CMD with torchrun's environment\n"
     "  selfcheck [--nproc-per-node N] [--size-mib S]\n"
     "        check every collective for exactness on N local ranks (default 4) and print bandwidth\n"
+    "  tokenize --model DIR [--jsonl] [--decode] [--add-special-tokens]\n"
+    "        stdin lines to token ids (JSON arrays) with DIR's tokenizer.json, or back with --decode\n"
     "  help  show this text\n";
 
 bool is_secondary_rank() {
@@ -41,9 +43,10 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   cli::Args args(argv + 2, argv + argc);
   try {
-    if (command != "run" && !is_secondary_rank()) std::cerr << platform::reference_blas_warning();
+    if (command != "run" && command != "tokenize" && !is_secondary_rank()) std::cerr << platform::reference_blas_warning();
     if (command == "run") return cli::run_command(args);
     if (command == "selfcheck") return cli::selfcheck_command(args);
+    if (command == "tokenize") return cli::tokenize_command(args);
     std::cerr << "hyperparallel: unknown command '" << command << "'\n\n" << kUsage;
     return kExitUserError;
   } catch (const UserError& e) {

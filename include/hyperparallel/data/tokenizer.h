@@ -27,7 +27,9 @@ class Tokenizer {
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
-  std::vector<int64_t> encode(const std::string& text) const;  // no BOS/EOS
+  // add_special_tokens: wrap in the post-processor's template (e.g. Mistral's <s>); the
+  // ByteLevel post-processor adds nothing.
+  std::vector<int64_t> encode(const std::string& text, bool add_special_tokens = false) const;
   std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const;
   std::optional<int64_t> token_to_id(const std::string& token) const;
   std::string id_to_token(int64_t id) const;  // "" for unknown ids
