@@ -55,6 +55,10 @@ const std::string& BpeModel::id_to_token(int64_t id) const {
 }
 
 void BpeModel::encode(const std::string& piece, std::vector<int64_t>& out) const {
+  if (piece.size() > kMaxCachedBytes) {  // long pieces (a whole unsplit text) are not cached
+    encode_uncached(piece, out);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     auto it = cache_.find(piece);

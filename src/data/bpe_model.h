@@ -5,7 +5,8 @@
 // ones fused when fuse_unk), then adjacent pairs merge lowest rank first until no listed
 // merge applies — `tokenizers`' algorithm. ignore_merges (Llama 3): a pre-token that is
 // itself a vocabulary entry is emitted whole. Merge ranks live in a hash map keyed by the
-// pair of ids; results are cached per pre-token (bounded).
+// pair of ids; results are cached per pre-token of up to 256 bytes (bounded), as the
+// reference caches words.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,7 @@ class BpeModel {
   int64_t byte_ids_[256];
 
   static constexpr size_t kCacheLimit = 1 << 18;
+  static constexpr size_t kMaxCachedBytes = 256;  // as the reference's word cache
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
 };
