@@ -33,6 +33,7 @@ bench: build
 	scripts/bench_comm.sh $(BUILD_DIR)
 	scripts/bench_fsdp.sh $(BUILD_DIR)
 	scripts/bench_models.sh $(BUILD_DIR)
+	scripts/bench_tokenizer.sh $(BUILD_DIR)
 
 clean:
 	rm -rf $(BUILD_DIR)
