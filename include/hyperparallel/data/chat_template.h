@@ -1,0 +1,46 @@
+// ChatTemplate: conversations rendered as the models' own chat templates render them.
+//
+// A registry by name, like LlamaFactory's `template:` key. Each template is the model's
+// tokenizer_config.json chat_template transcribed to C++ (no Jinja engine: nothing from a
+// model folder is executed), so render() returns exactly the text transformers'
+// apply_chat_template returns, and Tokenizer::encode of it gives its token ids (special
+// markers such as <|im_start|> are added tokens and match whole).
+//   qwen3   Qwen3's template: an empty <think></think> block on assistant turns after the
+//           last user query, reasoning split out of "<think>...</think>" content,
+//           enable_thinking = false adds the empty block to the generation prompt
+//   qwen    ChatML (<|im_start|>role\ncontent<|im_end|>\n), no default system prompt
+//   llama3  Llama 3: <|begin_of_text|>, <|start_header_id|>role<|end_header_id|>\n\n,
+//           trimmed content, <|eot_id|>; the assistant header only with add_generation_prompt
+//           (Meta's template; the fixture's copy appends it unconditionally)
+//   llama2  Llama 2: <s>[INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] assistant </s>
+// Roles: system (first message only), user, assistant; anything else is a UserError.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace hyperparallel::data {
+
+struct ChatMessage {
+  std::string role;  // system | user | assistant
+  std::string content;
+};
+
+struct ChatRenderOptions {
+  bool add_generation_prompt = false;  // end with the opening of an assistant turn
+  bool enable_thinking = true;         // qwen3: false adds an empty think block to the prompt
+};
+
+class ChatTemplate {
+ public:
+  static ChatTemplate named(const std::string& name);  // UserError listing the names
+  static std::vector<std::string> names();
+  const std::string& name() const { return name_; }
+  std::string render(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options = {}) const;
+
+ private:
+  explicit ChatTemplate(std::string name) : name_(std::move(name)) {}
+  std::string name_;
+};
+
+}  // namespace hyperparallel::data

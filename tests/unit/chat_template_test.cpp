@@ -1,0 +1,83 @@
+// Chat templates against renders done by hand from the fixture tokenizer_config.json
+// templates (qwen3, llama3) and the published Llama 2 / ChatML formats, and the token ids
+// they give with the real tokenizers.
+#include <gtest/gtest.h>
+
+#include "hyperparallel/data/chat_template.h"
+#include "hyperparallel/data/tokenizer.h"
+#include "hyperparallel/platform/user_error.h"
+
+namespace hp = hyperparallel;
+using hp::data::ChatMessage;
+using hp::data::ChatTemplate;
+
+namespace {
+const std::string kFixtures = HP_SOURCE_DIR "/tests/fixtures/tokenizer";
+const std::vector<ChatMessage> kConversation = {
+    {"system", "You are helpful."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}, {"assistant", "4"}};
+}  // namespace
+
+TEST(ChatTemplate, Qwen3AddsTheEmptyThinkBlockAfterTheLastQuery) {
+  const auto qwen3 = ChatTemplate::named("qwen3");
+  EXPECT_EQ(qwen3.render(kConversation),
+            "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n4<|im_end|>\n");
+  // Reasoning written into the content is split out; a historical turn loses it.
+  const std::vector<ChatMessage> reasoning = {{"user", "a"},
+                                              {"assistant", "<think>\nold\n</think>\n\nfirst"},
+                                              {"user", "b"},
+                                              {"assistant", "<think>\nwhy\n</think>\n\nsecond"}};
+  EXPECT_EQ(qwen3.render(reasoning),
+            "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nfirst<|im_end|>\n<|im_start|>user\nb<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\nwhy\n</think>\n\nsecond<|im_end|>\n");
+  hp::data::ChatRenderOptions prompt;
+  prompt.add_generation_prompt = true;
+  EXPECT_EQ(qwen3.render({{"user", "Hi"}}, prompt), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  prompt.enable_thinking = false;
+  EXPECT_EQ(qwen3.render({{"user", "Hi"}}, prompt),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  // Markers are single added tokens in the real tokenizer.
+  const auto tokenizer = hp::data::Tokenizer::from_file(kFixtures + "/qwen3");
+  const auto ids = tokenizer.encode(qwen3.render(kConversation));
+  EXPECT_EQ(ids.front(), *tokenizer.token_to_id("<|im_start|>"));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), *tokenizer.token_to_id("<think>")), 1);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), *tokenizer.token_to_id("<|im_end|>")), 5);
+  EXPECT_EQ(tokenizer.decode(ids), qwen3.render(kConversation));
+}
+
+TEST(ChatTemplate, Llama3TrimsContentAndOpensTheAssistantTurn) {
+  hp::data::ChatRenderOptions prompt;
+  prompt.add_generation_prompt = true;
+  const std::string text = ChatTemplate::named("llama3").render({{"system", "S "}, {"user", " Hi\n"}}, prompt);
+  EXPECT_EQ(text,
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  const auto tokenizer = hp::data::Tokenizer::from_file(kFixtures + "/llama3");
+  const auto ids = tokenizer.encode(text);
+  EXPECT_EQ(ids.front(), *tokenizer.token_to_id("<|begin_of_text|>"));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), *tokenizer.token_to_id("<|eot_id|>")), 2);
+}
+
+TEST(ChatTemplate, ChatMLAndLlama2) {
+  EXPECT_EQ(ChatTemplate::named("qwen").render({{"user", "Hi"}, {"assistant", "Yo"}}),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n");
+  EXPECT_EQ(ChatTemplate::named("llama2").render(kConversation),
+            "<s>[INST] <<SYS>>\nYou are helpful.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] 2+2? [/INST] 4 </s>");
+  const auto tokenizer = hp::data::Tokenizer::from_file(kFixtures + "/mistral");
+  const auto ids = tokenizer.encode(ChatTemplate::named("llama2").render(kConversation));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 2);  // <s>
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 2);  // </s>
+}
+
+TEST(ChatTemplate, MistakesAreNamed) {
+  try {
+    ChatTemplate::named("vicuna");
+    FAIL();
+  } catch (const hp::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("known: llama2, llama3, qwen, qwen3"), std::string::npos);
+  }
+  EXPECT_THROW(ChatTemplate::named("qwen3").render({{"user", "a"}, {"tool", "b"}}), hp::UserError);
+  EXPECT_THROW(ChatTemplate::named("qwen3").render({{"user", "a"}, {"system", "late"}}), hp::UserError);
+  EXPECT_THROW(ChatTemplate::named("llama2").render({{"assistant", "first"}}), hp::UserError);
+}
