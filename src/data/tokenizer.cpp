@@ -88,6 +88,15 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return out.append(s, pos, std::string::npos);
 }
 
+// The steps of component `key` (normalizer, pre_tokenizer, ...): the elements of a
+// {"type": "Sequence", list_key: [...]}, the component itself, or none when absent or null.
+std::vector<Json> component_steps(const Json& j, const char* key, const char* list_key) {
+  if (!j.contains(key) || j[key].is_null()) return {};
+  const Json& c = j[key];
+  if (c.value("type", "") != "Sequence") return {c};
+  return c.at(list_key).get<std::vector<Json>>();
+}
+
 std::string string_pattern(const Json& pattern, const std::string& where) {
   if (pattern.contains("String") && pattern["String"].is_string()) return pattern["String"].get<std::string>();
   throw UserError(where + ": only String patterns are supported here");
@@ -187,15 +196,7 @@ Tokenizer Tokenizer::from_file(const std::string& path_or_dir) {
     impl->model = std::make_unique<BpeModel>(std::move(vocab), merges, options, path);
 
     // Normalizer.
-    std::vector<Json> normalizers;
-    if (j.contains("normalizer") && !j["normalizer"].is_null()) {
-      const Json& n = j["normalizer"];
-      if (n.value("type", "") == "Sequence") {
-        for (const auto& x : n.at("normalizers")) normalizers.push_back(x);
-      } else {
-        normalizers.push_back(n);
-      }
-    }
+    const std::vector<Json> normalizers = component_steps(j, "normalizer", "normalizers");
     for (const auto& n : normalizers) {
       const std::string type = n.value("type", "");
       if (type == "NFC") {
@@ -210,15 +211,7 @@ Tokenizer Tokenizer::from_file(const std::string& path_or_dir) {
     }
 
     // Pre-tokenizer.
-    std::vector<Json> pre;
-    if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null()) {
-      const Json& p = j["pre_tokenizer"];
-      if (p.value("type", "") == "Sequence") {
-        for (const auto& x : p.at("pretokenizers")) pre.push_back(x);
-      } else {
-        pre.push_back(p);
-      }
-    }
+    const std::vector<Json> pre = component_steps(j, "pre_tokenizer", "pretokenizers");
     for (const auto& p : pre) {
       const std::string type = p.value("type", "");
       if (type == "Split" && p.at("pattern").contains("Regex") && p.value("behavior", "") == "Isolated" && !p.value("invert", false) &&
@@ -233,15 +226,7 @@ Tokenizer Tokenizer::from_file(const std::string& path_or_dir) {
     }
 
     // Decoder.
-    std::vector<Json> decoders;
-    if (j.contains("decoder") && !j["decoder"].is_null()) {
-      const Json& d = j["decoder"];
-      if (d.value("type", "") == "Sequence") {
-        for (const auto& x : d.at("decoders")) decoders.push_back(x);
-      } else {
-        decoders.push_back(d);
-      }
-    }
+    const std::vector<Json> decoders = component_steps(j, "decoder", "decoders");
     for (const auto& d : decoders) {
       const std::string type = d.value("type", "");
       if (type == "ByteLevel") {
@@ -260,15 +245,7 @@ Tokenizer Tokenizer::from_file(const std::string& path_or_dir) {
     }
 
     // Post-processor: the single-sequence template of TemplateProcessing (ByteLevel adds nothing).
-    std::vector<Json> post;
-    if (j.contains("post_processor") && !j["post_processor"].is_null()) {
-      const Json& p = j["post_processor"];
-      if (p.value("type", "") == "Sequence") {
-        for (const auto& x : p.at("processors")) post.push_back(x);
-      } else {
-        post.push_back(p);
-      }
-    }
+    const std::vector<Json> post = component_steps(j, "post_processor", "processors");
     for (const auto& p : post) {
       const std::string type = p.value("type", "");
       if (type == "ByteLevel") continue;

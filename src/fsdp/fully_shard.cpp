@@ -268,7 +268,7 @@ void load_sharded_state_dict(torch::nn::Module& root, const std::map<std::string
   }
 }
 
-void load_full_state_dict(torch::nn::Module& root, const std::map<std::string, at::Tensor>& state) {
+std::map<std::string, std::vector<int64_t>> full_parameter_shapes(torch::nn::Module& root) {
   const UnitsAndPaths found = units_under(root);
   std::map<std::string, std::vector<int64_t>> shapes;
   std::set<const c10::TensorImpl*> managed;
@@ -281,6 +281,12 @@ void load_full_state_dict(torch::nn::Module& root, const std::map<std::string, a
   for (const auto& item : root.named_parameters()) {
     if (!managed.count(item.value().unsafeGetTensorImpl()) && !shapes.count(item.key())) shapes[item.key()] = item.value().sizes().vec();
   }
+  return shapes;
+}
+
+void load_full_state_dict(torch::nn::Module& root, const std::map<std::string, at::Tensor>& state) {
+  const UnitsAndPaths found = units_under(root);
+  const auto shapes = full_parameter_shapes(root);
   std::set<std::string> names;
   for (const auto& item : shapes) names.insert(item.first);
   check_keys(names, state);
@@ -302,22 +308,6 @@ void load_full_state_dict(torch::nn::Module& root, const std::map<std::string, a
   for (const auto& item : root.named_parameters()) {
     if (done.insert(item.value().unsafeGetTensorImpl()).second) item.value().copy_(state.at(item.key()));
   }
-}
-
-std::map<std::string, std::vector<int64_t>> full_parameter_shapes(torch::nn::Module& root) {
-  std::map<std::string, std::vector<int64_t>> shapes;
-  std::set<const c10::TensorImpl*> done;
-  const UnitsAndPaths found = units_under(root);
-  for (FSDPUnit* unit : found.units) {
-    for (const auto& sp : unit->params()) {
-      shapes[found.key(*unit, sp)] = sp.shape;
-      done.insert(sp.param.unsafeGetTensorImpl());
-    }
-  }
-  for (const auto& item : root.named_parameters()) {
-    if (done.insert(item.value().unsafeGetTensorImpl()).second) shapes[item.key()] = item.value().sizes().vec();
-  }
-  return shapes;
 }
 
 void load_parameters_by_rows(torch::nn::Module& root, const ParameterRowReader& read) {

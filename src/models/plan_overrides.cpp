@@ -61,9 +61,10 @@ std::vector<std::string> apply_plan_overrides(torch::nn::Module& model, const Mo
     } catch (const UserError& e) {
       throw UserError(where + ": " + e.what());
     }
+    auto modules = model.named_modules();
     std::set<std::string> types;
     std::vector<std::string> targets;
-    for (const auto& item : model.named_modules()) {
+    for (const auto& item : modules) {
       types.insert(item.value()->name());
       if (item.value()->name() == o.module_type && fnmatch(o.match.c_str(), item.key().c_str(), 0) == 0) {
         targets.push_back(item.key());
@@ -77,7 +78,6 @@ std::vector<std::string> apply_plan_overrides(torch::nn::Module& model, const Mo
       throw UserError(where + ": no module of type " + o.module_type + " has a name matching '" + o.match +
                       "' (names look like model.layers.0.self_attn; use * for any part)");
     }
-    auto modules = model.named_modules();
     for (const auto& name : targets) {
       const size_t dot = name.rfind('.');
       if (dot == std::string::npos) throw UserError(where + ": the root module cannot be replaced");
