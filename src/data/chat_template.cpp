@@ -33,16 +33,35 @@ void check_roles(const std::string& name, const std::vector<ChatMessage>& messag
   }
 }
 
-std::string render_chatml(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options) {
-  std::string out;
-  for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  if (options.add_generation_prompt) out += "<|im_start|>assistant\n";
-  return out;
+// Builds the rendered text and records which parts are assistant responses.
+class ChatWriter {
+ public:
+  void prompt(const std::string& text) { chat_.text += text; }
+  void response(const std::string& text) {
+    chat_.responses.push_back({chat_.text.size(), chat_.text.size() + text.size()});
+    chat_.text += text;
+  }
+  RenderedChat take() { return std::move(chat_); }
+
+ private:
+  RenderedChat chat_;
+};
+
+void render_chatml(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options, ChatWriter& out) {
+  for (const auto& m : messages) {
+    out.prompt("<|im_start|>" + m.role + "\n");
+    if (m.role == "assistant") {
+      out.response(m.content + "<|im_end|>");
+    } else {
+      out.prompt(m.content + "<|im_end|>");
+    }
+    out.prompt("\n");
+  }
+  if (options.add_generation_prompt) out.prompt("<|im_start|>assistant\n");
 }
 
-std::string render_qwen3(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options) {
-  std::string out;
-  if (!messages.empty() && messages[0].role == "system") out += "<|im_start|>system\n" + messages[0].content + "<|im_end|>\n";
+void render_qwen3(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options, ChatWriter& out) {
+  if (!messages.empty() && messages[0].role == "system") out.prompt("<|im_start|>system\n" + messages[0].content + "<|im_end|>\n");
   // The last user message (tool responses do not occur here) bounds the "current" turn.
   int64_t last_query = static_cast<int64_t>(messages.size()) - 1;
   for (int64_t i = last_query; i >= 0; --i) {
@@ -54,7 +73,7 @@ std::string render_qwen3(const std::vector<ChatMessage>& messages, const ChatRen
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.role == "user") {
-      out += "<|im_start|>user\n" + m.content + "<|im_end|>\n";
+      out.prompt("<|im_start|>user\n" + m.content + "<|im_end|>\n");
     } else if (m.role == "assistant") {
       std::string content = m.content, reasoning;
       const size_t close = m.content.rfind("</think>");
@@ -65,30 +84,36 @@ std::string render_qwen3(const std::vector<ChatMessage>& messages, const ChatRen
         reasoning = lstrip(open == std::string::npos ? before : before.substr(open + 7), "\n");
       }
       const bool last = i + 1 == messages.size();
+      out.prompt("<|im_start|>assistant\n");
       if (static_cast<int64_t>(i) > last_query && (last || !reasoning.empty())) {
-        out += "<|im_start|>assistant\n<think>\n" + strip(reasoning, "\n") + "\n</think>\n\n" + lstrip(content, "\n");
+        out.response("<think>\n" + strip(reasoning, "\n") + "\n</think>\n\n" + lstrip(content, "\n") + "<|im_end|>");
       } else {
-        out += "<|im_start|>assistant\n" + content;
+        out.response(content + "<|im_end|>");
       }
-      out += "<|im_end|>\n";
+      out.prompt("\n");
     }
   }
   if (options.add_generation_prompt) {
-    out += "<|im_start|>assistant\n";
-    if (!options.enable_thinking) out += "<think>\n\n</think>\n\n";
+    out.prompt("<|im_start|>assistant\n");
+    if (!options.enable_thinking) out.prompt("<think>\n\n</think>\n\n");
   }
-  return out;
 }
 
-std::string render_llama3(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options) {
-  std::string out = "<|begin_of_text|>";
-  for (const auto& m : messages) out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + strip(m.content) + "<|eot_id|>";
-  if (options.add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+void render_llama3(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options, ChatWriter& out) {
+  out.prompt("<|begin_of_text|>");
+  for (const auto& m : messages) {
+    out.prompt("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
+    if (m.role == "assistant") {
+      out.response(strip(m.content) + "<|eot_id|>");
+    } else {
+      out.prompt(strip(m.content) + "<|eot_id|>");
+    }
+  }
+  if (options.add_generation_prompt) out.prompt("<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-std::string render_llama2(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options) {
-  std::string out, system;
+void render_llama2(const std::vector<ChatMessage>& messages, ChatWriter& out) {
+  std::string system;
   size_t first = 0;
   if (!messages.empty() && messages[0].role == "system") {
     system = messages[0].content;
@@ -102,32 +127,68 @@ std::string render_llama2(const std::vector<ChatMessage>& messages, const ChatRe
     }
     // As the template: the system block is prepended to the first user message, then stripped.
     const std::string content = (i == first && first == 1 ? "<<SYS>>\n" + system + "\n<</SYS>>\n\n" : "") + m.content;
-    out += m.role == "user" ? "<s>[INST] " + strip(content) + " [/INST]" : " " + strip(content) + " </s>";
+    if (m.role == "user") {
+      out.prompt("<s>[INST] " + strip(content) + " [/INST]");
+    } else {
+      out.prompt(" ");
+      out.response(strip(content) + " </s>");
+    }
   }
-  (void)options;  // Llama 2's prompt ends with [/INST]; there is nothing to add
-  return out;
+  // Llama 2's prompt ends with [/INST]; a generation prompt adds nothing.
+}
+
+// LlamaFactory's "default": the assistant cue is part of the user turn, so a generation
+// prompt adds nothing.
+void render_default(const std::vector<ChatMessage>& messages, const std::string& eos, ChatWriter& out) {
+  for (const auto& m : messages) {
+    if (m.role == "system") {
+      out.prompt("System: " + m.content + eos + "\n");
+    } else if (m.role == "user") {
+      out.prompt("Human: " + m.content + eos + "\nAssistant:");
+    } else {
+      out.response(m.content + eos);
+      out.prompt("\n");
+    }
+  }
 }
 
 }  // namespace
 
-std::vector<std::string> ChatTemplate::names() { return {"llama2", "llama3", "qwen", "qwen3"}; }
+std::vector<std::string> ChatTemplate::names() { return {"default", "llama2", "llama3", "qwen", "qwen3"}; }
 
-ChatTemplate ChatTemplate::named(const std::string& name) {
+ChatTemplate ChatTemplate::named(const std::string& name, const std::string& eos_token) {
   const auto all = names();
   if (std::find(all.begin(), all.end(), name) == all.end()) {
     std::string list;
     for (const auto& n : all) list += (list.empty() ? "" : ", ") + n;
     throw UserError("template '" + name + "' is not a known chat template; known: " + list);
   }
-  return ChatTemplate(name);
+  if (name == "default" && eos_token.empty()) {
+    throw UserError("chat template default ends every turn with the tokenizer's eos token, and this tokenizer has none "
+                    "(eos_token in tokenizer_config.json); set it there or pick another template");
+  }
+  return ChatTemplate(name, eos_token);
+}
+
+RenderedChat ChatTemplate::render_with_spans(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options) const {
+  check_roles(name_, messages);
+  ChatWriter out;
+  if (name_ == "qwen3") {
+    render_qwen3(messages, options, out);
+  } else if (name_ == "qwen") {
+    render_chatml(messages, options, out);
+  } else if (name_ == "llama3") {
+    render_llama3(messages, options, out);
+  } else if (name_ == "llama2") {
+    render_llama2(messages, out);
+  } else {
+    render_default(messages, eos_token_, out);
+  }
+  return out.take();
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options) const {
-  check_roles(name_, messages);
-  if (name_ == "qwen3") return render_qwen3(messages, options);
-  if (name_ == "qwen") return render_chatml(messages, options);
-  if (name_ == "llama3") return render_llama3(messages, options);
-  return render_llama2(messages, options);
+  return render_with_spans(messages, options).text;
 }
 
 }  // namespace hyperparallel::data

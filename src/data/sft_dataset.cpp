@@ -17,56 +17,69 @@ struct BadRecord {
   std::string what;
 };
 
-std::string string_field(const Json& record, const char* key, bool required) {
+std::string string_field(const Json& record, const std::string& key, bool required) {
   if (!record.contains(key) || record[key].is_null()) {
-    if (required) throw BadRecord{std::string("missing \"") + key + "\""};
+    if (required) throw BadRecord{"missing \"" + key + "\""};
     return "";
   }
-  if (!record[key].is_string()) throw BadRecord{std::string("\"") + key + "\" must be a string"};
+  if (!record[key].is_string()) throw BadRecord{"\"" + key + "\" must be a string"};
   return record[key].get<std::string>();
 }
 
-Conversation from_alpaca(const Json& r) {
+Conversation from_alpaca(const Json& r, const DatasetSchema& schema) {
   Conversation c;
-  const std::string system = string_field(r, "system", false);
+  const std::string system = string_field(r, schema.system, false);
   if (!system.empty()) c.messages.push_back({"system", system});
-  if (r.contains("history") && !r["history"].is_null()) {
-    if (!r["history"].is_array()) throw BadRecord{"\"history\" must be a list of [user, assistant] pairs"};
-    for (const auto& turn : r["history"]) {
+  if (r.contains(schema.history) && !r[schema.history].is_null()) {
+    const Json& history = r[schema.history];
+    if (!history.is_array()) throw BadRecord{"\"" + schema.history + "\" must be a list of [user, assistant] pairs"};
+    for (const auto& turn : history) {
       if (!turn.is_array() || turn.size() != 2 || !turn[0].is_string() || !turn[1].is_string()) {
-        throw BadRecord{"\"history\" entries must be [user, assistant] string pairs"};
+        throw BadRecord{"\"" + schema.history + "\" entries must be [user, assistant] string pairs"};
       }
       c.messages.push_back({"user", turn[0].get<std::string>()});
       c.messages.push_back({"assistant", turn[1].get<std::string>()});
     }
   }
-  const std::string instruction = string_field(r, "instruction", true);
-  const std::string input = string_field(r, "input", false);
+  const std::string instruction = string_field(r, schema.prompt, true);
+  const std::string input = string_field(r, schema.query, false);
   c.messages.push_back({"user", input.empty() ? instruction : instruction + "\n" + input});
-  c.messages.push_back({"assistant", string_field(r, "output", true)});
+  c.messages.push_back({"assistant", string_field(r, schema.response, true)});
   return c;
 }
 
-Conversation from_sharegpt(const Json& r) {
-  const bool openai = r.contains("messages");
-  const char* list_key = openai ? "messages" : "conversations";
-  const char* role_key = openai ? "role" : "from";
-  const char* content_key = openai ? "content" : "value";
+// The record's role name -> system | user | assistant, by the schema's tags or, without them,
+// either spelling.
+std::string normalized_role(const std::string& role, const DatasetSchema& schema) {
+  if (!schema.user_tag.empty() || !schema.assistant_tag.empty() || !schema.system_tag.empty()) {
+    if (role == schema.user_tag) return "user";
+    if (role == schema.assistant_tag) return "assistant";
+    if (role == schema.system_tag) return "system";
+    throw BadRecord{"unknown role '" + role + "' (the dataset's tags name user '" + schema.user_tag + "', assistant '" +
+                    schema.assistant_tag + "', system '" + schema.system_tag + "')"};
+  }
+  if (role == "human" || role == "user") return "user";
+  if (role == "gpt" || role == "assistant") return "assistant";
+  if (role == "system") return "system";
+  throw BadRecord{"unknown role '" + role + "' (human/user, gpt/assistant, system; tool turns are not supported yet)"};
+}
+
+Conversation from_sharegpt(const Json& r, const DatasetSchema& schema) {
+  std::string list_key = schema.messages;
+  if (list_key.empty()) list_key = r.contains("messages") ? "messages" : "conversations";
+  const bool openai = list_key == "messages";
+  const std::string role_key = !schema.role_tag.empty() ? schema.role_tag : openai ? "role" : "from";
+  const std::string content_key = !schema.content_tag.empty() ? schema.content_tag : openai ? "content" : "value";
   if (!r.contains(list_key) || !r[list_key].is_array()) {
-    throw BadRecord{"needs \"conversations\" (from/value) or \"messages\" (role/content) as a list"};
+    throw BadRecord{schema.messages.empty() ? "needs \"conversations\" (from/value) or \"messages\" (role/content) as a list"
+                                            : "needs \"" + list_key + "\" as a list"};
   }
   Conversation c;
-  const std::string system = string_field(r, "system", false);
+  const std::string system = string_field(r, schema.system, false);
   if (!system.empty()) c.messages.push_back({"system", system});
   for (const auto& turn : r[list_key]) {
-    if (!turn.is_object()) throw BadRecord{std::string("\"") + list_key + "\" entries must be objects"};
-    std::string role = string_field(turn, role_key, true);
-    if (role == "human") role = "user";
-    if (role == "gpt") role = "assistant";
-    if (role != "user" && role != "assistant" && role != "system") {
-      throw BadRecord{"unknown role '" + role + "' (human/user, gpt/assistant, system)"};
-    }
-    c.messages.push_back({role, string_field(turn, content_key, true)});
+    if (!turn.is_object()) throw BadRecord{"\"" + list_key + "\" entries must be objects"};
+    c.messages.push_back({normalized_role(string_field(turn, role_key, true), schema), string_field(turn, content_key, true)});
   }
   // Optional system first, then user/assistant alternating, ending with an assistant turn.
   const size_t first = !c.messages.empty() && c.messages[0].role == "system" ? 1 : 0;
@@ -132,7 +145,7 @@ std::vector<Conversation> load_sft_file(const std::string& path, DatasetFormat f
   const auto take = [&](const std::string& where, const Json& record) {
     try {
       if (!record.is_object()) throw BadRecord{"a record must be a JSON object"};
-      Conversation c = format == DatasetFormat::kAlpaca ? from_alpaca(record) : from_sharegpt(record);
+      Conversation c = format == DatasetFormat::kAlpaca ? from_alpaca(record, options.schema) : from_sharegpt(record, options.schema);
       c.source = where;
       out.push_back(std::move(c));
     } catch (const BadRecord& bad) {

@@ -102,6 +102,30 @@ std::string string_pattern(const Json& pattern, const std::string& where) {
   throw UserError(where + ": only String patterns are supported here");
 }
 
+// tokenizer_config.json's bos/eos/pad entries: a string, {"content": string} or null.
+SpecialTokens read_special_tokens(const fs::path& config_path) {
+  SpecialTokens tokens;
+  std::ifstream in(config_path);
+  if (!in) return tokens;
+  Json config;
+  try {
+    config = Json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(config_path.string() + " is not valid JSON (" + e.what() + ")");
+  }
+  const auto entry = [&](const char* key) -> std::string {
+    if (!config.is_object() || !config.contains(key) || config[key].is_null()) return "";
+    const Json& v = config[key];
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+    throw UserError(config_path.string() + ": \"" + key + "\" must be a string or {\"content\": string}");
+  };
+  tokens.bos = entry("bos_token");
+  tokens.eos = entry("eos_token");
+  tokens.pad = entry("pad_token");
+  return tokens;
+}
+
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -113,6 +137,7 @@ struct Tokenizer::Impl {
   std::vector<DecoderStep> decoder;
   std::vector<int64_t> template_prefix, template_suffix;  // TemplateProcessing "single" around $A
   ByteLevelAlphabet alphabet;
+  SpecialTokens special_tokens;
   // Added tokens by content; by first byte, longest first, for matching.
   std::map<std::string, int64_t> added;
   std::map<int64_t, std::pair<std::string, bool>> added_by_id;  // id -> (content, special)
@@ -283,6 +308,7 @@ Tokenizer Tokenizer::from_file(const std::string& path_or_dir) {
   } catch (const nlohmann::json::exception& e) {
     throw UserError(path + ": malformed tokenizer.json (" + e.what() + ")");
   }
+  impl->special_tokens = read_special_tokens(fs::path(path).parent_path() / "tokenizer_config.json");
   return Tokenizer(std::move(impl));
 }
 
@@ -401,6 +427,8 @@ int64_t Tokenizer::vocab_size() const {
   for (const auto& [id, token] : impl_->added_by_id) n = std::max(n, id + 1);
   return n;
 }
+
+const SpecialTokens& Tokenizer::special_tokens() const { return impl_->special_tokens; }
 
 bool Tokenizer::is_special(int64_t id) const {
   auto it = impl_->added_by_id.find(id);

@@ -75,9 +75,41 @@ TEST(ChatTemplate, MistakesAreNamed) {
     ChatTemplate::named("vicuna");
     FAIL();
   } catch (const hp::UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("known: llama2, llama3, qwen, qwen3"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("known: default, llama2, llama3, qwen, qwen3"), std::string::npos);
   }
   EXPECT_THROW(ChatTemplate::named("qwen3").render({{"user", "a"}, {"tool", "b"}}), hp::UserError);
   EXPECT_THROW(ChatTemplate::named("qwen3").render({{"user", "a"}, {"system", "late"}}), hp::UserError);
   EXPECT_THROW(ChatTemplate::named("llama2").render({{"assistant", "first"}}), hp::UserError);
+}
+
+TEST(ChatTemplate, DefaultIsLlamaFactorysPlainTextTemplate) {
+  const auto plain = ChatTemplate::named("default", "</s>");
+  EXPECT_EQ(plain.render(kConversation),
+            "System: You are helpful.</s>\nHuman: Hi</s>\nAssistant:Hello!</s>\nHuman: 2+2?</s>\nAssistant:4</s>\n");
+  hp::data::ChatRenderOptions prompt;
+  prompt.add_generation_prompt = true;
+  EXPECT_EQ(plain.render({{"user", "Hi"}}, prompt), "Human: Hi</s>\nAssistant:");
+  try {
+    ChatTemplate::named("default");
+    FAIL() << "no eos token";
+  } catch (const hp::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("eos_token in tokenizer_config.json"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ChatTemplate, SpansMarkEachAssistantResponseInTheRenderedText) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> expected = {
+      {"qwen3", {"Hello!<|im_end|>", "<think>\n\n</think>\n\n4<|im_end|>"}},
+      {"qwen", {"Hello!<|im_end|>", "4<|im_end|>"}},
+      {"llama3", {"Hello!<|eot_id|>", "4<|eot_id|>"}},
+      {"llama2", {"Hello! </s>", "4 </s>"}},
+      {"default", {"Hello!</s>", "4</s>"}}};
+  for (const auto& [name, responses] : expected) {
+    const auto t = ChatTemplate::named(name, "</s>");
+    const auto chat = t.render_with_spans(kConversation);
+    EXPECT_EQ(chat.text, t.render(kConversation)) << name;
+    std::vector<std::string> got;
+    for (const auto& span : chat.responses) got.push_back(chat.text.substr(span.begin, span.end - span.begin));
+    EXPECT_EQ(got, responses) << name;
+  }
 }

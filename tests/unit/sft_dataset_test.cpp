@@ -1,9 +1,14 @@
 // alpaca and sharegpt records into conversations; every bad record named by file:line.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 
+#include "hyperparallel/data/dataset_registry.h"
 #include "hyperparallel/data/sft_dataset.h"
+#include "hyperparallel/data/synthetic_sft.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hp = hyperparallel;
@@ -80,11 +85,82 @@ TEST(SftDataset, BadRecordsStopOrAreSkippedAndListed) {
                                   R"({"conversations": [{"from": "human", "value": "x"}]})" "\n"
                                   R"({"conversations": [{"from": "robot", "value": "x"}]})" "\n");
   hp::data::SftLoadReport turn_report;
-  EXPECT_TRUE(hp::data::load_sft_file(turns, DatasetFormat::kSharegpt, {std::nullopt, BadRecordPolicy::kSkip}, &turn_report).empty());
+  EXPECT_TRUE(hp::data::load_sft_file(turns, DatasetFormat::kSharegpt, {std::nullopt, BadRecordPolicy::kSkip, {}}, &turn_report).empty());
   ASSERT_EQ(turn_report.skipped.size(), 3u);
   EXPECT_NE(turn_report.skipped[0].find("turn 0 is assistant, expected user"), std::string::npos);
   EXPECT_NE(turn_report.skipped[1].find("must end with an assistant turn"), std::string::npos);
   EXPECT_NE(turn_report.skipped[2].find("unknown role 'robot'"), std::string::npos);
   EXPECT_THROW(hp::data::parse_dataset_format("oasst"), hp::UserError);
   EXPECT_THROW(hp::data::load_sft_file(write("x.json", "{}"), DatasetFormat::kAlpaca), hp::UserError);
+}
+
+TEST(SftDataset, DatasetInfoRenamesColumnsAndTagsAndMixesDatasets) {
+  const std::string dir = testing::TempDir() + "/registry";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/parts");
+  write("registry/dataset_info.json", R"({
+    "qa": {"file_name": "qa.jsonl", "columns": {"prompt": "question", "response": "answer"}},
+    "chats": {"file_name": "parts", "formatting": "sharegpt",
+              "columns": {"messages": "turns"},
+              "tags": {"role_tag": "who", "content_tag": "text", "user_tag": "me", "assistant_tag": "bot"}},
+    "hub": {"hf_hub_url": "someone/data"},
+    "typo": {"file_name": "qa.jsonl", "colums": {}}
+  })");
+  write("registry/qa.jsonl", R"({"question": "q1", "answer": "a1"})" "\n" R"({"question": "q2", "answer": "a2"})" "\n");
+  write("registry/parts/b.jsonl", R"({"turns": [{"who": "me", "text": "u2"}, {"who": "bot", "text": "b2"}]})" "\n");
+  write("registry/parts/a.json", R"([{"turns": [{"who": "me", "text": "u1"}, {"who": "bot", "text": "b1"}]}])");
+  const auto data = hp::data::load_datasets("qa, chats", dir);
+  ASSERT_EQ(data.size(), 4u);
+  EXPECT_EQ(data[1].messages[1].content, "a2");
+  EXPECT_EQ(data[2].messages[0].content, "u1");  // files of a folder in name order
+  EXPECT_EQ(data[3].messages[1].content, "b2");
+  hp::data::SftLoadOptions two;
+  two.max_samples = 1;
+  EXPECT_EQ(hp::data::load_datasets("qa,chats", dir, two).size(), 2u);  // per dataset
+  const auto error_of = [&](const std::string& names) {
+    try {
+      hp::data::load_datasets(names, dir);
+    } catch (const hp::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("qa,chat").find("dataset 'chat' is neither built in nor in"), std::string::npos);
+  EXPECT_NE(error_of("qa,chat").find("did you mean 'chats'?"), std::string::npos);
+  EXPECT_NE(error_of("hub").find("nothing is downloaded here"), std::string::npos);
+  EXPECT_NE(error_of("typo").find("unknown field \"colums\" (did you mean 'columns'?)"), std::string::npos);
+  EXPECT_NE(error_of("qa,").find("empty name"), std::string::npos);
+  write("registry/parts/c.jsonl", R"({"turns": [{"who": "human", "text": "u"}, {"who": "bot", "text": "b"}]})" "\n");
+  EXPECT_NE(error_of("chats").find("c.jsonl:1: unknown role 'human' (the dataset's tags name user 'me', assistant 'bot', system 'system')"), std::string::npos);
+  EXPECT_NE(hp::data::load_datasets("synthetic_reverse", "/nonexistent").size(), 0u);
+}
+
+TEST(SftDataset, SyntheticDatasetsAreDeterministicWithDisjointHeldOutPrompts) {
+  for (const auto& name : hp::data::synthetic_dataset_names()) {
+    const auto a = hp::data::make_synthetic_dataset(name, 3000, 150, 0);
+    const auto b = hp::data::make_synthetic_dataset(name, 3000, 150, 0);
+    ASSERT_EQ(a.train.size(), 3000u);
+    ASSERT_EQ(a.heldout.size(), 150u);
+    std::set<std::string> train_prompts;
+    for (size_t i = 0; i < a.train.size(); ++i) {
+      EXPECT_EQ(a.train[i].messages[1].content, b.train[i].messages[1].content);
+      train_prompts.insert(a.train[i].messages[0].content);
+    }
+    EXPECT_GT(train_prompts.size(), 1000u) << name;
+    for (const auto& c : a.heldout) EXPECT_FALSE(train_prompts.count(c.messages[0].content)) << c.messages[0].content;
+  }
+  const auto r = hp::data::make_synthetic_dataset("synthetic_reverse", 1, 0, 5).train[0];
+  const std::string prompt = r.messages[0].content, answer = r.messages[1].content;
+  ASSERT_EQ(prompt.rfind("Reverse the words: ", 0), 0u);
+  std::vector<std::string> words;
+  std::istringstream in(prompt.substr(19));
+  for (std::string w; in >> w;) words.push_back(w);
+  std::string reversed;
+  for (auto it = words.rbegin(); it != words.rend(); ++it) reversed += (reversed.empty() ? "" : " ") + *it;
+  EXPECT_EQ(answer, reversed);
+  const auto sum = hp::data::make_synthetic_dataset("synthetic_addition", 1, 0, 5).train[0];
+  int a = 0, b = 0;
+  ASSERT_EQ(std::sscanf(sum.messages[0].content.c_str(), "What is %d + %d?", &a, &b), 2);
+  EXPECT_EQ(sum.messages[1].content, std::to_string(a + b));
+  EXPECT_THROW(hp::data::make_synthetic_dataset("synthetic_revers"), hp::UserError);
 }

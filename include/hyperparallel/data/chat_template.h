@@ -13,7 +13,15 @@
 //           trimmed content, <|eot_id|>; the assistant header only with add_generation_prompt
 //           (Meta's template; the fixture's copy appends it unconditionally)
 //   llama2  Llama 2: <s>[INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] assistant </s>
+//   default LlamaFactory's plain-text template for models without one:
+//           "System: s<eos>\nHuman: u<eos>\nAssistant:a<eos>\n" (needs the tokenizer's eos token)
 // Roles: system (first message only), user, assistant; anything else is a UserError.
+//
+// render_with_spans() also returns where each assistant response lies in the text: from the
+// end of the assistant header to the end of the turn's end marker (<|im_end|>, <|eot_id|>,
+// </s>, eos), qwen3's think block included. Those are the tokens an SFT sample trains on; the
+// spans come from the same render as the text, so turns rendered differently in history (qwen3
+// drops reasoning there) are labelled exactly as the model will see them.
 #pragma once
 
 #include <string>
@@ -31,16 +39,30 @@ struct ChatRenderOptions {
   bool enable_thinking = true;         // qwen3: false adds an empty think block to the prompt
 };
 
+// A byte range [begin, end) of a rendered text.
+struct TextSpan {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
+struct RenderedChat {
+  std::string text;
+  std::vector<TextSpan> responses;  // one per assistant message, in order
+};
+
 class ChatTemplate {
  public:
-  static ChatTemplate named(const std::string& name);  // UserError listing the names
+  // UserError listing the names; `eos_token` is required by `default` only.
+  static ChatTemplate named(const std::string& name, const std::string& eos_token = "");
   static std::vector<std::string> names();
   const std::string& name() const { return name_; }
   std::string render(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options = {}) const;
+  RenderedChat render_with_spans(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options = {}) const;
 
  private:
-  explicit ChatTemplate(std::string name) : name_(std::move(name)) {}
+  ChatTemplate(std::string name, std::string eos_token) : name_(std::move(name)), eos_token_(std::move(eos_token)) {}
   std::string name_;
+  std::string eos_token_;
 };
 
 }  // namespace hyperparallel::data

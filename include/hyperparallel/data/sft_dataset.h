@@ -8,7 +8,8 @@
 // Files are .jsonl (one record per line) or .json (one array of records). Every malformed
 // record is reported as `file:line` (or `file[#index]` for .json) and what is wrong; the
 // policy stops at the first (UserError) or skips it and lists it in the report — never
-// silently. max_samples keeps the first N good records.
+// silently. max_samples keeps the first N good records. Column and role names can be renamed
+// as dataset_info.json's "columns" and "tags" do (DatasetSchema).
 #pragma once
 
 #include <cstdint>
@@ -23,9 +24,21 @@ namespace hyperparallel::data {
 enum class DatasetFormat { kAlpaca, kSharegpt };
 enum class BadRecordPolicy { kStop, kSkip };
 
+// Field and role names (LlamaFactory's dataset_info.json "columns" and "tags").
+struct DatasetSchema {
+  // alpaca
+  std::string prompt = "instruction", query = "input", response = "output", history = "history";
+  // both
+  std::string system = "system";
+  // sharegpt. Empty: "conversations" with from/value or "messages" with role/content, whichever
+  // the record has, and roles human|user, gpt|assistant, system.
+  std::string messages, role_tag, content_tag, user_tag, assistant_tag, system_tag;
+};
+
 struct SftLoadOptions {
   std::optional<int64_t> max_samples;
   BadRecordPolicy on_bad_record = BadRecordPolicy::kStop;
+  DatasetSchema schema;
 };
 
 struct Conversation {

@@ -19,6 +19,12 @@
 
 namespace hyperparallel::data {
 
+// bos / eos / pad token strings from tokenizer_config.json next to tokenizer.json; "" when
+// the file or the entry is absent.
+struct SpecialTokens {
+  std::string bos, eos, pad;
+};
+
 class Tokenizer {
  public:
   // `path` is a tokenizer.json file, or a model folder that has one. Throws UserError.
@@ -35,6 +41,7 @@ class Tokenizer {
   std::string id_to_token(int64_t id) const;  // "" for unknown ids
   int64_t vocab_size() const;                 // model vocabulary plus added tokens
   bool is_special(int64_t id) const;
+  const SpecialTokens& special_tokens() const;
 
   struct Impl;
 

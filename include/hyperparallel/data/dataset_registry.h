@@ -1,0 +1,29 @@
+// Datasets by name, as LlamaFactory's `dataset:` and `dataset_dir:` keys name them.
+//
+// `names` is a comma-separated list ("alpaca_demo,my_chats"); the datasets are concatenated in
+// that order (the sampler shuffles later). Each name is a built-in synthetic dataset
+// (data/synthetic_sft.h, its training split) or an entry of DATASET_DIR/dataset_info.json:
+//
+//   "my_chats": {"file_name": "chats.jsonl", "formatting": "sharegpt",
+//                "columns": {"messages": "conversations", "system": "system"},
+//                "tags": {"role_tag": "from", "content_tag": "value",
+//                         "user_tag": "human", "assistant_tag": "gpt", "system_tag": "system"}}
+//
+// file_name is relative to dataset_dir (a folder means every .json/.jsonl file in it, in name
+// order); formatting is alpaca (default) or sharegpt; alpaca columns are prompt, query,
+// response, history, system. Entries that need a download (hf_hub_url, ms_hub_url, script_url,
+// cloud_file_name) or other stages (ranking) are UserErrors, as are unknown names (with a
+// suggestion) and unknown fields. max_samples applies to each dataset.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hyperparallel/data/sft_dataset.h"
+
+namespace hyperparallel::data {
+
+std::vector<Conversation> load_datasets(const std::string& names, const std::string& dataset_dir,
+                                        const SftLoadOptions& options = {}, SftLoadReport* report = nullptr);
+
+}  // namespace hyperparallel::data

@@ -1,0 +1,164 @@
+// dataset_info.json and dataset mixing. See data/dataset_registry.h.
+#include "hyperparallel/data/dataset_registry.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "hyperparallel/data/synthetic_sft.h"
+#include "hyperparallel/platform/suggest.h"
+#include "hyperparallel/platform/user_error.h"
+
+namespace hyperparallel::data {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+std::vector<std::string> split_names(const std::string& names) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= names.size()) {
+    size_t comma = names.find(',', start);
+    if (comma == std::string::npos) comma = names.size();
+    std::string name = names.substr(start, comma - start);
+    name.erase(0, name.find_first_not_of(" \t"));
+    name.erase(name.find_last_not_of(" \t") + 1);
+    if (name.empty()) throw UserError("dataset '" + names + "' has an empty name in its comma-separated list");
+    out.push_back(name);
+    start = comma + 1;
+  }
+  return out;
+}
+
+Json read_dataset_info(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return Json();
+  try {
+    Json info = Json::parse(in);
+    if (!info.is_object()) throw UserError(path.string() + " must be a JSON object of dataset name -> entry");
+    return info;
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(path.string() + " is not valid JSON (" + e.what() + ")");
+  }
+}
+
+// Copies string fields of `section` into the schema, refusing unknown ones.
+void read_names(const Json& entry, const char* section, const std::vector<std::pair<std::string, std::string*>>& fields,
+                const std::string& where) {
+  if (!entry.contains(section)) return;
+  const Json& s = entry[section];
+  if (!s.is_object()) throw UserError(where + ": \"" + section + "\" must be an object");
+  std::vector<std::string> known;
+  for (const auto& f : fields) known.push_back(f.first);
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    auto f = std::find_if(fields.begin(), fields.end(), [&](const auto& x) { return x.first == it.key(); });
+    if (f == fields.end()) {
+      throw UserError(where + ": \"" + section + "\" has unknown field \"" + it.key() + "\"" + did_you_mean(it.key(), known) +
+                      "; known: " + join_names(known));
+    }
+    if (!it.value().is_string()) throw UserError(where + ": \"" + section + "." + it.key() + "\" must be a string");
+    *f->second = it.value().get<std::string>();
+  }
+}
+
+std::vector<std::string> dataset_files(const fs::path& path, const std::string& where) {
+  if (fs::is_directory(path)) {
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(path)) {
+      const std::string ext = e.path().extension().string();
+      if (e.is_regular_file() && (ext == ".json" || ext == ".jsonl")) files.push_back(e.path().string());
+    }
+    std::sort(files.begin(), files.end());
+    if (files.empty()) throw UserError(where + ": folder " + path.string() + " has no .json or .jsonl files");
+    return files;
+  }
+  if (!fs::exists(path)) throw UserError(where + ": file " + path.string() + " does not exist");
+  return {path.string()};
+}
+
+std::vector<Conversation> load_entry(const std::string& name, const Json& entry, const fs::path& dir,
+                                     const SftLoadOptions& base, SftLoadReport* report) {
+  const std::string where = (dir / "dataset_info.json").string() + " entry \"" + name + "\"";
+  if (!entry.is_object()) throw UserError(where + " must be an object");
+  for (const char* remote : {"hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name"}) {
+    if (entry.contains(remote)) {
+      throw UserError(where + " uses \"" + remote + "\"; nothing is downloaded here: put the data in a local file and name it with \"file_name\"");
+    }
+  }
+  static const std::vector<std::string> kKnown = {"file_name", "formatting", "columns", "tags", "ranking", "split", "subset",
+                                                  "folder", "num_samples", "load_from"};
+  for (auto it = entry.begin(); it != entry.end(); ++it) {
+    if (std::find(kKnown.begin(), kKnown.end(), it.key()) == kKnown.end()) {
+      throw UserError(where + " has unknown field \"" + it.key() + "\"" + did_you_mean(it.key(), kKnown));
+    }
+  }
+  if (entry.value("ranking", false)) throw UserError(where + " is a ranking (preference) dataset; only SFT datasets are supported");
+  if (!entry.contains("file_name") || !entry["file_name"].is_string()) throw UserError(where + " needs \"file_name\" (a string)");
+  const std::string formatting = entry.value("formatting", std::string("alpaca"));
+  DatasetFormat format;
+  try {
+    format = parse_dataset_format(formatting);
+  } catch (const UserError& e) {
+    throw UserError(where + ": " + e.what());
+  }
+  SftLoadOptions options = base;
+  DatasetSchema& s = options.schema;
+  read_names(entry, "columns",
+             {{"prompt", &s.prompt}, {"query", &s.query}, {"response", &s.response}, {"history", &s.history},
+              {"system", &s.system}, {"messages", &s.messages}},
+             where);
+  read_names(entry, "tags",
+             {{"role_tag", &s.role_tag}, {"content_tag", &s.content_tag}, {"user_tag", &s.user_tag},
+              {"assistant_tag", &s.assistant_tag}, {"system_tag", &s.system_tag}},
+             where);
+  // Once an entry names any tag, the others take LlamaFactory's defaults.
+  if (entry.contains("tags")) {
+    const std::vector<std::pair<std::string*, const char*>> defaults = {
+        {&s.messages, "conversations"}, {&s.role_tag, "from"},    {&s.content_tag, "value"},
+        {&s.user_tag, "human"},         {&s.assistant_tag, "gpt"}, {&s.system_tag, "system"}};
+    for (const auto& [field, value] : defaults) {
+      if (field->empty()) *field = value;
+    }
+  }
+  std::vector<Conversation> out;
+  for (const auto& file : dataset_files(dir / entry["file_name"].get<std::string>(), where)) {
+    if (options.max_samples && static_cast<int64_t>(out.size()) >= *options.max_samples) break;
+    SftLoadOptions per_file = options;
+    if (options.max_samples) per_file.max_samples = *options.max_samples - static_cast<int64_t>(out.size());
+    auto part = load_sft_file(file, format, per_file, report);
+    out.insert(out.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Conversation> load_datasets(const std::string& names, const std::string& dataset_dir,
+                                        const SftLoadOptions& options, SftLoadReport* report) {
+  const fs::path dir(dataset_dir);
+  const fs::path info_path = dir / "dataset_info.json";
+  const Json info = read_dataset_info(info_path);
+  std::vector<Conversation> all;
+  for (const std::string& name : split_names(names)) {
+    std::vector<Conversation> part;
+    if (info.is_object() && info.contains(name)) {
+      part = load_entry(name, info[name], dir, options, report);
+    } else if (is_synthetic_dataset(name)) {
+      part = make_synthetic_dataset(name, options.max_samples.value_or(4000), 0).train;
+    } else {
+      std::vector<std::string> known = synthetic_dataset_names();
+      if (info.is_object()) {
+        for (auto it = info.begin(); it != info.end(); ++it) known.push_back(it.key());
+      }
+      throw UserError("dataset '" + name + "' is neither built in nor in " + info_path.string() +
+                      (info.is_object() ? "" : " (which does not exist; set dataset_dir)") + did_you_mean(name, known) +
+                      "; known: " + join_names(known));
+    }
+    all.insert(all.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+  }
+  return all;
+}
+
+}  // namespace hyperparallel::data
