@@ -10,6 +10,7 @@ packages=(
   libopenblas0-pthread # becomes the libblas.so.3 alternative; the reference BLAS is ~20x slower
   nlohmann-json3-dev  # JSON: config.json, safetensors headers and indexes
   libonig-dev libutf8proc-dev  # tokenizer: the reference's regex engine, NFC normalization
+  libyaml-cpp-dev     # the trainer's YAML configs
   libgtest-dev libgmock-dev
   iproute2 procps
 )

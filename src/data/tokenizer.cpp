@@ -181,6 +181,7 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 Tokenizer Tokenizer::from_file(const std::string& path_or_dir) {
+  if (!fs::exists(path_or_dir)) throw UserError("tokenizer " + path_or_dir + " does not exist (a tokenizer.json file or a folder with one)");
   const std::string path = fs::is_directory(path_or_dir) ? (fs::path(path_or_dir) / "tokenizer.json").string() : path_or_dir;
   std::ifstream in(path);
   if (!in) throw UserError("cannot read tokenizer file " + path);

@@ -13,6 +13,8 @@ using Args = std::vector<std::string>;
 int run_command(const Args& args);        // hyperparallel run --nproc-per-node N -- CMD ...
 int selfcheck_command(const Args& args);  // hyperparallel selfcheck [--nproc-per-node N]
 int tokenize_command(const Args& args);   // hyperparallel tokenize --model DIR [--jsonl] [--decode]
+int train_command(const Args& args);
+int train_tokenizer_command(const Args& args);  // hyperparallel train-tokenizer --dataset NAMES --out DIR      // hyperparallel train CONFIG.yaml [--key=value ...]
 
 // Path of the running executable (for commands that start more of themselves).
 std::string self_executable();

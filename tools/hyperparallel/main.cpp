@@ -24,6 +24,11 @@ constexpr const char* kUsage =
     "        check every collective for exactness on N local ranks (default 4) and print bandwidth\n"
     "  tokenize --model DIR [--jsonl] [--decode] [--add-special-tokens]\n"
     "        stdin lines to token ids (JSON arrays) with DIR's tokenizer.json, or back with --decode\n"
+    "  train CONFIG.yaml [--key=value | --section.key=value ...]\n"
+    "        fine-tune a Hugging Face model as the YAML says (keys: docs/config.md); starts\n"
+    "        nproc_per_node local ranks itself, or runs as one rank under a launcher\n"
+    "  train-tokenizer --dataset NAMES --out DIR [--dataset-dir D] [--template T] [--vocab-size N]\n"
+    "        learn a byte-level BPE tokenizer.json from datasets rendered by a chat template\n"
     "  help  show this text\n";
 
 bool is_secondary_rank() {
@@ -43,10 +48,12 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   cli::Args args(argv + 2, argv + argc);
   try {
-    if (command != "run" && command != "tokenize" && !is_secondary_rank()) std::cerr << platform::reference_blas_warning();
+    if (command != "run" && command != "tokenize" && command != "train-tokenizer" && !is_secondary_rank()) std::cerr << platform::reference_blas_warning();
     if (command == "run") return cli::run_command(args);
     if (command == "selfcheck") return cli::selfcheck_command(args);
     if (command == "tokenize") return cli::tokenize_command(args);
+    if (command == "train") return cli::train_command(args);
+    if (command == "train-tokenizer") return cli::train_tokenizer_command(args);
     std::cerr << "hyperparallel: unknown command '" << command << "'\n\n" << kUsage;
     return kExitUserError;
   } catch (const UserError& e) {

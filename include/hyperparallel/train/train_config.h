@@ -1,0 +1,113 @@
+// TrainConfig: everything `hyperparallel train` reads, from YAML and the command line.
+//
+// Precedence: command line (--key=value, --section.key=value) over the YAML file over the
+// defaults. Keys are LlamaFactory's SFT keys plus the sections fsdp_config (with
+// mix_precision), accelerator, model and plan_overrides; config_schema() lists every key with
+// its type, default and meaning, and docs/config.md documents each (a test keeps the three in
+// step). Every mistake is a UserError of one line naming the key: an unknown key (with "did you
+// mean"), a value of the wrong type or out of range (with what is allowed), a combination that
+// cannot work. A YAML null (`key:` or `key: ~`) means the default.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hyperparallel/models/plan_overrides.h"
+
+namespace hyperparallel::train {
+
+struct MixPrecisionConfig {
+  std::string param_dtype = "float32";   // float32 | bfloat16
+  std::string reduce_dtype = "float32";  // float32 | bfloat16
+  std::string output_dtype = "float32";  // float32 | bfloat16
+};
+
+struct FsdpConfig {
+  int64_t dp_shard_size = -1;  // -1: world size / replicas (plain FSDP over every rank)
+  int64_t edp_shard_size = -1;
+  int64_t reshard_after_forward = 1;  // 1 = true, 0 = false, k > 1 = keep sharded over k ranks
+  bool reshard_after_backward = true;
+  int64_t forward_prefetch_depth = 1;
+  int64_t backward_prefetch_depth = 1;
+  bool comm_fusion = true;
+  MixPrecisionConfig mix_precision;
+  bool enable_offload = false;
+  std::vector<std::string> replicate_params;  // glob patterns on parameter names
+};
+
+struct AcceleratorConfig {
+  int64_t tp_size = 1, cp_size = 1, ep_size = 1, pp_size = 1;
+};
+
+struct TrainConfig {
+  // model
+  std::string model_name_or_path;  // HF folder or a built-in debug flavour
+  std::string tokenizer;           // folder with tokenizer.json; "" = model_name_or_path
+  std::vector<models::PlanOverride> plan_overrides;
+  bool validate_placement = false;  // model.validate_placement (reserved)
+  // method
+  std::string stage = "sft";
+  bool do_train = true;
+  std::string finetuning_type = "full";
+  bool use_hyper_parallel = true;
+  // data
+  std::string dataset;
+  std::string dataset_dir = "data";
+  std::string chat_template;  // key "template"
+  int64_t cutoff_len = 2048;
+  std::optional<int64_t> max_samples;
+  bool packing = false;
+  bool train_on_prompt = false;
+  bool enable_thinking = true;
+  std::string bad_records = "stop";  // stop | skip
+  int64_t heldout_eval_samples = 0;  // built-in synthetic datasets: accuracy before/after
+  // output
+  std::string output_dir;
+  bool overwrite_output_dir = false;
+  int64_t logging_steps = 10;
+  int64_t save_steps = 500;
+  std::optional<int64_t> save_total_limit;
+  bool plot_loss = false;
+  // training
+  int64_t per_device_train_batch_size = 1;
+  int64_t gradient_accumulation_steps = 1;
+  double learning_rate = 5e-5;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+  double max_grad_norm = 1.0;
+  double num_train_epochs = 3.0;
+  int64_t max_steps = -1;
+  std::string lr_scheduler_type = "linear";  // linear | cosine | constant | constant_with_warmup
+  double warmup_ratio = 0.0;
+  int64_t warmup_steps = 0;
+  bool bf16 = false;
+  int64_t seed = 42;
+  std::string resume_from_checkpoint;  // "" | PATH | latest
+  // processes
+  int64_t nproc_per_node = 1;
+  double comm_timeout_s = 300;
+  FsdpConfig fsdp_config;
+  AcceleratorConfig accelerator;
+};
+
+struct ConfigKeyInfo {
+  std::string key;           // "fsdp_config.dp_shard_size"
+  std::string type;          // "int >= -1, not 0", "cosine | linear | ..."
+  std::string default_text;  // as YAML would write it; "(required)" where there is none
+  std::string doc;           // one line
+};
+
+// Every key, in documentation order.
+const std::vector<ConfigKeyInfo>& config_schema();
+// The schema as text, one "key: type = default" line per key (frozen by a test).
+std::string config_schema_text();
+
+// Reads `yaml_path` ("" = none) and applies the overrides ("--key=value", "--key value" is
+// split by the caller into "key=value"). UserError on any mistake.
+TrainConfig load_train_config(const std::string& yaml_path, const std::vector<std::string>& overrides = {});
+
+}  // namespace hyperparallel::train

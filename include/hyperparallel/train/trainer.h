@@ -1,0 +1,40 @@
+// The SFT trainer: one rank's part of `hyperparallel train`.
+//
+// Every rank runs run_training with the world communicator. It builds the data (the same rows
+// on every rank), the mesh from fsdp_config (1-D FSDP over all ranks, or 2-D HSDP with
+// world / dp_shard_size replicas), the model (fully_shard on each decoder layer, then the
+// root; a Hugging Face folder is built deferred and each rank reads only its rows), AdamW on the
+// local shards and the LR schedule, then trains.
+//
+// One optimizer step takes the sampler's global batch of G = per_device_train_batch_size x
+// gradient_accumulation_steps x dp rows. Its label tokens are counted up front from the data
+// (every rank knows every row), each micro-batch's loss is its summed token loss / that count,
+// and FSDP sums gradients (reduce op "sum") — so the step's loss and gradient are the
+// 1-process ones for any layout: sum over all label tokens of the global batch / their count.
+// Accumulation micro-batches run with gradient sync off except the last. The gradient norm is
+// taken over all shards (sum of squares all-reduced) and clipped to max_grad_norm.
+//
+// Rank 0 writes output_dir/trainer_log.jsonl (every logging_steps: the mean loss since the last
+// line, grad_norm, lr, epoch, tokens_per_s, elapsed_s), train_summary.json, and prints one line
+// per logged step; other ranks print only errors.
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "hyperparallel/comm/communicator.h"
+#include "hyperparallel/train/train_config.h"
+
+namespace hyperparallel::train {
+
+struct TrainResult {
+  std::vector<double> step_losses;  // every optimizer step, identical on every rank
+  std::vector<double> grad_norms;
+  int64_t steps = 0;
+};
+
+TrainResult run_training(const TrainConfig& config, std::shared_ptr<comm::Communicator> world, std::ostream& log);
+
+}  // namespace hyperparallel::train

@@ -1,0 +1,374 @@
+// YAML + command line -> TrainConfig, with one-line errors. See train/train_config.h.
+#include "hyperparallel/train/train_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "hyperparallel/platform/suggest.h"
+#include "hyperparallel/platform/user_error.h"
+
+namespace hyperparallel::train {
+namespace {
+
+// Where a value came from, for messages: "config.yaml" or "the command line".
+struct Value {
+  YAML::Node node;
+  std::string source;
+};
+
+[[noreturn]] void bad_value(const std::string& key, const Value& v, const std::string& allowed) {
+  std::string text = v.node.IsScalar() ? "'" + v.node.Scalar() + "'" : v.node.IsSequence() ? "a list" : "a mapping";
+  throw UserError(v.source + ": " + key + ": " + text + " is not allowed; expected " + allowed);
+}
+
+bool as_bool(const std::string& key, const Value& v) {
+  bool out = false;
+  if (!v.node.IsScalar() || !YAML::convert<bool>::decode(v.node, out)) bad_value(key, v, "true or false");
+  return out;
+}
+
+int64_t as_int(const std::string& key, const Value& v, int64_t min, const std::string& allowed) {
+  int64_t out = 0;
+  if (!v.node.IsScalar() || !YAML::convert<int64_t>::decode(v.node, out) || out < min) bad_value(key, v, allowed);
+  return out;
+}
+
+double as_float(const std::string& key, const Value& v, double lo, double hi, bool lo_open, bool hi_open, const std::string& allowed) {
+  double out = 0;
+  if (!v.node.IsScalar() || !YAML::convert<double>::decode(v.node, out) || !std::isfinite(out) || out < lo || out > hi ||
+      (lo_open && out == lo) || (hi_open && out == hi)) {
+    bad_value(key, v, allowed);
+  }
+  return out;
+}
+
+std::string as_string(const std::string& key, const Value& v) {
+  if (!v.node.IsScalar()) bad_value(key, v, "a string");
+  return v.node.Scalar();
+}
+
+std::string as_choice(const std::string& key, const Value& v, const std::vector<std::string>& choices) {
+  std::string allowed;
+  for (const auto& c : choices) allowed += (allowed.empty() ? "" : " | ") + c;
+  if (!v.node.IsScalar()) bad_value(key, v, allowed);
+  const std::string s = v.node.Scalar();
+  for (const auto& c : choices) {
+    if (s == c) return s;
+  }
+  bad_value(key, v, allowed + did_you_mean(s, choices));
+}
+
+using Setter = std::function<void(TrainConfig&, const std::string& key, const Value&)>;
+
+struct KeyDef {
+  ConfigKeyInfo info;
+  Setter set;
+};
+
+Setter int_at_least(int64_t TrainConfig::*field, int64_t min) {
+  return [=](TrainConfig& c, const std::string& k, const Value& v) {
+    c.*field = as_int(k, v, min, "an integer >= " + std::to_string(min));
+  };
+}
+Setter boolean(bool TrainConfig::*field) {
+  return [=](TrainConfig& c, const std::string& k, const Value& v) { c.*field = as_bool(k, v); };
+}
+Setter text(std::string TrainConfig::*field) {
+  return [=](TrainConfig& c, const std::string& k, const Value& v) { c.*field = as_string(k, v); };
+}
+Setter choice(std::string TrainConfig::*field, std::vector<std::string> choices) {
+  return [=](TrainConfig& c, const std::string& k, const Value& v) { c.*field = as_choice(k, v, choices); };
+}
+Setter positive_float(double TrainConfig::*field) {
+  return [=](TrainConfig& c, const std::string& k, const Value& v) {
+    c.*field = as_float(k, v, 0, INFINITY, true, false, "a number > 0");
+  };
+}
+Setter fraction(double TrainConfig::*field, bool allow_one) {
+  return [=](TrainConfig& c, const std::string& k, const Value& v) {
+    c.*field = as_float(k, v, 0, 1, false, !allow_one, allow_one ? "a number in [0, 1]" : "a number in [0, 1)");
+  };
+}
+Setter dtype(std::string MixPrecisionConfig::*field) {
+  return [=](TrainConfig& c, const std::string& k, const Value& v) {
+    c.fsdp_config.mix_precision.*field = as_choice(k, v, {"float32", "bfloat16"});
+  };
+}
+Setter parallel_degree(int64_t AcceleratorConfig::*field) {
+  return [=](TrainConfig& c, const std::string& k, const Value& v) { c.accelerator.*field = as_int(k, v, 1, "an integer >= 1"); };
+}
+
+void set_plan_overrides(TrainConfig& c, const std::string& k, const Value& v) {
+  if (!v.node.IsSequence()) bad_value(k, v, "a list of {match, module_type, replace_module}");
+  c.plan_overrides.clear();
+  for (size_t i = 0; i < v.node.size(); ++i) {
+    const YAML::Node& e = v.node[i];
+    const std::string where = k + "[" + std::to_string(i) + "]";
+    if (!e.IsMap()) throw UserError(v.source + ": " + where + " must be a mapping {match, module_type, replace_module}");
+    models::PlanOverride o;
+    for (const auto& item : e) {
+      const std::string name = item.first.Scalar();
+      if (!item.second.IsScalar()) throw UserError(v.source + ": " + where + "." + name + " must be a string");
+      if (name == "match") {
+        o.match = item.second.Scalar();
+      } else if (name == "module_type") {
+        o.module_type = item.second.Scalar();
+      } else if (name == "replace_module") {
+        o.replace_module = item.second.Scalar();
+      } else {
+        throw UserError(v.source + ": " + where + " has unknown key '" + name + "'" +
+                        did_you_mean(name, {"match", "module_type", "replace_module"}) + "; keys: match, module_type, replace_module");
+      }
+    }
+    if (o.match.empty() || o.module_type.empty() || o.replace_module.empty()) {
+      throw UserError(v.source + ": " + where + " needs match, module_type and replace_module");
+    }
+    c.plan_overrides.push_back(o);
+  }
+}
+
+const std::vector<KeyDef>& key_table() {
+  static const std::vector<KeyDef> table = [] {
+    using C = TrainConfig;
+    std::vector<KeyDef> t = {
+        // model
+        {{"model_name_or_path", "string", "(required)", "Hugging Face model folder, or a built-in debug flavour (qwen3-debug, ...)"}, text(&C::model_name_or_path)},
+        {{"tokenizer", "string", "\"\"", "folder with tokenizer.json (+ tokenizer_config.json); empty: model_name_or_path"}, text(&C::tokenizer)},
+        {{"plan_overrides", "list of {match, module_type, replace_module}", "[]", "module replacements applied when the model is built"}, set_plan_overrides},
+        {{"model.validate_placement", "bool", "false", "reserved for DTensor validation mode; true is not supported yet"}, boolean(&C::validate_placement)},
+        // method
+        {{"stage", "sft | pt", "sft", "sft: chat data with a template; pt (plain text) is not supported yet"}, choice(&C::stage, {"sft", "pt"})},
+        {{"do_train", "bool", "true", "train (false: only load, evaluate and export)"}, boolean(&C::do_train)},
+        {{"finetuning_type", "full | lora | freeze", "full", "full fine-tuning; lora and freeze are not supported yet"}, choice(&C::finetuning_type, {"full", "lora", "freeze"})},
+        {{"use_hyper_parallel", "bool", "true", "LlamaFactory's switch to this backend; must be true here"}, boolean(&C::use_hyper_parallel)},
+        // data
+        {{"dataset", "string", "(required)", "comma-separated names from dataset_dir/dataset_info.json or built-in synthetic datasets"}, text(&C::dataset)},
+        {{"dataset_dir", "string", "data", "folder with dataset_info.json"}, text(&C::dataset_dir)},
+        {{"template", "default | llama2 | llama3 | qwen | qwen3", "(required)", "chat template that renders the conversations"}, choice(&C::chat_template, {"default", "llama2", "llama3", "qwen", "qwen3"})},
+        {{"cutoff_len", "int >= 2", "2048", "tokens per sample (and per packed row); longer samples are cut"}, int_at_least(&C::cutoff_len, 2)},
+        {{"max_samples", "int >= 1", "null", "first N samples of each dataset; null: all"}, [](C& c, const std::string& k, const Value& v) { c.max_samples = as_int(k, v, 1, "an integer >= 1"); }},
+        {{"packing", "bool", "false", "concatenate samples into rows of cutoff_len, positions restarting per sample"}, boolean(&C::packing)},
+        {{"train_on_prompt", "bool", "false", "take the loss on prompt tokens too"}, boolean(&C::train_on_prompt)},
+        {{"enable_thinking", "bool", "true", "qwen3 template: false adds the empty think block to generation prompts"}, boolean(&C::enable_thinking)},
+        {{"bad_records", "stop | skip", "stop", "a malformed dataset record stops the run, or is skipped and reported"}, choice(&C::bad_records, {"stop", "skip"})},
+        {{"heldout_eval_samples", "int >= 0", "0", "built-in synthetic datasets: answer N held-out prompts before and after training, report accuracy"}, int_at_least(&C::heldout_eval_samples, 0)},
+        // output
+        {{"output_dir", "string", "(required)", "where logs, checkpoints and the exported model go"}, text(&C::output_dir)},
+        {{"overwrite_output_dir", "bool", "false", "allow an output_dir that already holds results"}, boolean(&C::overwrite_output_dir)},
+        {{"logging_steps", "int >= 1", "10", "write a trainer_log.jsonl line every N steps"}, int_at_least(&C::logging_steps, 1)},
+        {{"save_steps", "int >= 0", "500", "checkpoint every N steps; 0: only at the end"}, int_at_least(&C::save_steps, 0)},
+        {{"save_total_limit", "int >= 1", "null", "keep at most N checkpoints (oldest removed); null: all"}, [](C& c, const std::string& k, const Value& v) { c.save_total_limit = as_int(k, v, 1, "an integer >= 1"); }},
+        {{"plot_loss", "bool", "false", "write training_loss.svg"}, boolean(&C::plot_loss)},
+        // training
+        {{"per_device_train_batch_size", "int >= 1", "1", "rows per rank per micro-batch"}, int_at_least(&C::per_device_train_batch_size, 1)},
+        {{"gradient_accumulation_steps", "int >= 1", "1", "micro-batches per optimizer step"}, int_at_least(&C::gradient_accumulation_steps, 1)},
+        {{"learning_rate", "float > 0", "5.0e-5", "peak learning rate of AdamW"}, positive_float(&C::learning_rate)},
+        {{"weight_decay", "float >= 0", "0.0", "AdamW's decoupled weight decay"}, [](C& c, const std::string& k, const Value& v) { c.weight_decay = as_float(k, v, 0, INFINITY, false, false, "a number >= 0"); }},
+        {{"adam_beta1", "float in [0, 1)", "0.9", "AdamW beta1"}, fraction(&C::adam_beta1, false)},
+        {{"adam_beta2", "float in [0, 1)", "0.999", "AdamW beta2"}, fraction(&C::adam_beta2, false)},
+        {{"adam_epsilon", "float > 0", "1.0e-8", "AdamW epsilon"}, positive_float(&C::adam_epsilon)},
+        {{"max_grad_norm", "float >= 0", "1.0", "clip the global gradient norm (over all shards) to this; 0: no clipping"}, [](C& c, const std::string& k, const Value& v) { c.max_grad_norm = as_float(k, v, 0, INFINITY, false, false, "a number >= 0"); }},
+        {{"num_train_epochs", "float > 0", "3.0", "passes over the data (when max_steps is -1)"}, positive_float(&C::num_train_epochs)},
+        {{"max_steps", "int, -1 or >= 1", "-1", "optimizer steps; -1: from num_train_epochs"}, [](C& c, const std::string& k, const Value& v) {
+           c.max_steps = as_int(k, v, -1, "-1 or an integer >= 1");
+           if (c.max_steps == 0) bad_value(k, v, "-1 or an integer >= 1");
+         }},
+        {{"lr_scheduler_type", "linear | cosine | constant | constant_with_warmup", "linear", "learning-rate schedule after warmup"}, choice(&C::lr_scheduler_type, {"linear", "cosine", "constant", "constant_with_warmup"})},
+        {{"warmup_ratio", "float in [0, 1)", "0.0", "warmup steps as a fraction of all steps (when warmup_steps is 0)"}, fraction(&C::warmup_ratio, false)},
+        {{"warmup_steps", "int >= 0", "0", "linear warmup steps; overrides warmup_ratio when > 0"}, int_at_least(&C::warmup_steps, 0)},
+        {{"bf16", "bool", "false", "compute in bfloat16 (parameters all-gathered in bf16, fp32 masters and reductions)"}, boolean(&C::bf16)},
+        {{"seed", "int >= 0", "42", "model initialisation (debug flavours) and data order"}, int_at_least(&C::seed, 0)},
+        {{"resume_from_checkpoint", "string", "\"\"", "a checkpoint folder, or latest (the newest complete one in output_dir)"}, text(&C::resume_from_checkpoint)},
+        // processes
+        {{"nproc_per_node", "int >= 1", "1", "local ranks that `hyperparallel train` starts (ignored under a launcher)"}, int_at_least(&C::nproc_per_node, 1)},
+        {{"comm_timeout_s", "float > 0", "300", "a collective that waits longer fails the run"}, positive_float(&C::comm_timeout_s)},
+        // fsdp_config
+        {{"fsdp_config.dp_shard_size", "int, -1 or >= 1", "-1", "ranks one parameter is sharded over; world / dp_shard_size replicas (HSDP); -1: all"}, [](C& c, const std::string& k, const Value& v) {
+           c.fsdp_config.dp_shard_size = as_int(k, v, -1, "-1 or an integer >= 1");
+           if (c.fsdp_config.dp_shard_size == 0) bad_value(k, v, "-1 or an integer >= 1");
+         }},
+        {{"fsdp_config.edp_shard_size", "int, -1 or >= 1", "-1", "expert-data-parallel shard size (with ep_size > 1, not supported yet)"}, [](C& c, const std::string& k, const Value& v) {
+           c.fsdp_config.edp_shard_size = as_int(k, v, -1, "-1 or an integer >= 1");
+           if (c.fsdp_config.edp_shard_size == 0) bad_value(k, v, "-1 or an integer >= 1");
+         }},
+        {{"fsdp_config.reshard_after_forward", "bool or int >= 2", "true", "free full parameters after forward; k: keep them sharded over k ranks"}, [](C& c, const std::string& k, const Value& v) {
+           bool b = false;
+           int64_t n = 0;
+           if (v.node.IsScalar() && YAML::convert<bool>::decode(v.node, b)) {
+             c.fsdp_config.reshard_after_forward = b ? 1 : 0;
+           } else if (v.node.IsScalar() && YAML::convert<int64_t>::decode(v.node, n) && n >= 2) {
+             c.fsdp_config.reshard_after_forward = n;
+           } else {
+             bad_value(k, v, "true, false or an integer >= 2");
+           }
+         }},
+        {{"fsdp_config.reshard_after_backward", "bool", "true", "free full parameters after a backward during gradient accumulation"}, [](C& c, const std::string& k, const Value& v) { c.fsdp_config.reshard_after_backward = as_bool(k, v); }},
+        {{"fsdp_config.forward_prefetch_depth", "int >= 0", "1", "units all-gathered ahead in forward"}, [](C& c, const std::string& k, const Value& v) { c.fsdp_config.forward_prefetch_depth = as_int(k, v, 0, "an integer >= 0"); }},
+        {{"fsdp_config.backward_prefetch_depth", "int >= 0", "1", "units all-gathered ahead in backward"}, [](C& c, const std::string& k, const Value& v) { c.fsdp_config.backward_prefetch_depth = as_int(k, v, 0, "an integer >= 0"); }},
+        {{"fsdp_config.comm_fusion", "bool", "true", "one collective per unit (false: one per parameter)"}, [](C& c, const std::string& k, const Value& v) { c.fsdp_config.comm_fusion = as_bool(k, v); }},
+        {{"fsdp_config.mix_precision.param_dtype", "float32 | bfloat16", "float32", "dtype of all-gathered parameters and compute"}, dtype(&MixPrecisionConfig::param_dtype)},
+        {{"fsdp_config.mix_precision.reduce_dtype", "float32 | bfloat16", "float32", "dtype of gradient reductions"}, dtype(&MixPrecisionConfig::reduce_dtype)},
+        {{"fsdp_config.mix_precision.output_dtype", "float32 | bfloat16", "float32", "dtype of the model's outputs"}, dtype(&MixPrecisionConfig::output_dtype)},
+        {{"fsdp_config.enable_offload", "bool", "false", "keep sharded parameters and gradients in host memory"}, [](C& c, const std::string& k, const Value& v) { c.fsdp_config.enable_offload = as_bool(k, v); }},
+        {{"fsdp_config.replicate_params", "list of globs", "[]", "parameters kept whole on every rank, gradients all-reduced (e.g. \"*norm*\")"}, [](C& c, const std::string& k, const Value& v) {
+           c.fsdp_config.replicate_params.clear();
+           if (v.node.IsScalar()) {
+             c.fsdp_config.replicate_params.push_back(v.node.Scalar());
+             return;
+           }
+           if (!v.node.IsSequence()) bad_value(k, v, "a list of glob patterns");
+           for (const auto& e : v.node) {
+             if (!e.IsScalar()) bad_value(k, v, "a list of glob patterns");
+             c.fsdp_config.replicate_params.push_back(e.Scalar());
+           }
+         }},
+        // accelerator
+        {{"accelerator.tp_size", "int >= 1", "1", "tensor parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::tp_size)},
+        {{"accelerator.cp_size", "int >= 1", "1", "context parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::cp_size)},
+        {{"accelerator.ep_size", "int >= 1", "1", "expert parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::ep_size)},
+        {{"accelerator.pp_size", "int >= 1", "1", "pipeline parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::pp_size)},
+    };
+    return t;
+  }();
+  return table;
+}
+
+const std::set<std::string>& sections() {
+  static const std::set<std::string> s = {"fsdp_config", "fsdp_config.mix_precision", "accelerator", "model"};
+  return s;
+}
+
+const KeyDef* find_key(const std::string& key) {
+  for (const auto& d : key_table()) {
+    if (d.info.key == key) return &d;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> all_keys() {
+  std::vector<std::string> keys;
+  for (const auto& d : key_table()) keys.push_back(d.info.key);
+  return keys;
+}
+
+[[noreturn]] void unknown_key(const std::string& key, const std::string& source) {
+  // Suggest among full keys and, for a misplaced leaf, among the leaves' full keys.
+  std::vector<std::string> keys = all_keys();
+  std::string hint = did_you_mean(key, keys);
+  if (hint.empty()) {
+    const std::string leaf = key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1);
+    for (const auto& k : keys) {
+      if (k.size() > leaf.size() && k.compare(k.size() - leaf.size(), leaf.size(), leaf) == 0 && k[k.size() - leaf.size() - 1] == '.') {
+        hint = " (did you mean '" + k + "'?)";
+      }
+    }
+  }
+  throw UserError(source + ": unknown key '" + key + "'" + hint + "; every key is listed in docs/config.md");
+}
+
+// Flattens a YAML mapping into key -> value, descending into the sections.
+void collect(const YAML::Node& map, const std::string& prefix, const std::string& source, std::map<std::string, Value>& out) {
+  for (const auto& item : map) {
+    if (!item.first.IsScalar()) throw UserError(source + ": keys must be plain names");
+    const std::string key = prefix + item.first.Scalar();
+    if (sections().count(key)) {
+      if (item.second.IsNull()) continue;
+      if (!item.second.IsMap()) throw UserError(source + ": " + key + " must be a mapping of its keys (see docs/config.md)");
+      collect(item.second, key + ".", source, out);
+      continue;
+    }
+    if (!find_key(key)) unknown_key(key, source);
+    if (item.second.IsNull()) continue;  // the default
+    out[key] = {item.second, source};
+  }
+}
+
+void check_combinations(const TrainConfig& c) {
+  const auto require = [](bool ok, const std::string& message) {
+    if (!ok) throw UserError(message);
+  };
+  require(!c.model_name_or_path.empty(), "model_name_or_path is required: a Hugging Face model folder or a debug flavour such as qwen3-debug");
+  require(!c.output_dir.empty(), "output_dir is required: the folder for logs, checkpoints and the exported model");
+  require(c.stage == "sft", "stage: pt is not supported yet; use stage: sft");
+  require(c.finetuning_type == "full", "finetuning_type: " + c.finetuning_type + " is not supported yet; use finetuning_type: full");
+  require(c.use_hyper_parallel, "use_hyper_parallel: false selects another backend in LlamaFactory; hyperparallel train always runs this one, so drop the key or set it true");
+  require(!c.validate_placement, "model.validate_placement is reserved (DTensor validation mode) and not supported yet; remove it or set it false");
+  if (c.do_train) {
+    require(!c.dataset.empty(), "dataset is required to train: names from dataset_dir/dataset_info.json or a built-in one (synthetic_reverse, synthetic_addition)");
+    require(!c.chat_template.empty(), "template is required for stage sft: default, llama2, llama3, qwen or qwen3");
+  }
+  const AcceleratorConfig& a = c.accelerator;
+  for (const auto& [name, size] : std::vector<std::pair<std::string, int64_t>>{
+           {"tp_size", a.tp_size}, {"cp_size", a.cp_size}, {"ep_size", a.ep_size}, {"pp_size", a.pp_size}}) {
+    require(size == 1, "accelerator." + name + ": " + std::to_string(size) + " is not supported yet; FSDP/HSDP (fsdp_config.dp_shard_size) is; set it to 1");
+  }
+  require(c.resume_from_checkpoint.empty(), "resume_from_checkpoint: checkpoints are not written yet, so there is nothing to resume; remove the key");
+  require(c.heldout_eval_samples == 0, "heldout_eval_samples: the held-out evaluation is not supported yet; remove the key or set 0");
+  require(c.fsdp_config.edp_shard_size == -1, "fsdp_config.edp_shard_size applies with expert parallelism, which is not supported yet; remove it");
+}
+
+}  // namespace
+
+const std::vector<ConfigKeyInfo>& config_schema() {
+  static const std::vector<ConfigKeyInfo> schema = [] {
+    std::vector<ConfigKeyInfo> s;
+    for (const auto& d : key_table()) s.push_back(d.info);
+    return s;
+  }();
+  return schema;
+}
+
+std::string config_schema_text() {
+  std::string out;
+  for (const auto& k : config_schema()) out += k.key + ": " + k.type + " = " + k.default_text + "\n";
+  return out;
+}
+
+TrainConfig load_train_config(const std::string& yaml_path, const std::vector<std::string>& overrides) {
+  std::map<std::string, Value> values;
+  if (!yaml_path.empty()) {
+    YAML::Node root;
+    try {
+      root = YAML::LoadFile(yaml_path);
+    } catch (const YAML::BadFile&) {
+      throw UserError("cannot read the config file " + yaml_path);
+    } catch (const YAML::Exception& e) {
+      throw UserError(yaml_path + " is not valid YAML: " + e.what());
+    }
+    if (!root.IsNull()) {
+      if (!root.IsMap()) throw UserError(yaml_path + " must be a mapping of keys to values (see docs/config.md)");
+      collect(root, "", yaml_path, values);
+    }
+  }
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) throw UserError("command line: '" + o + "' is not --key=value");
+    const std::string key = o.substr(0, eq);
+    if (sections().count(key)) throw UserError("command line: " + key + " is a section; set its keys, e.g. --" + key + ".<key>=value");
+    if (!find_key(key)) unknown_key(key, "command line");
+    YAML::Node node;
+    try {
+      node = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      throw UserError("command line: " + key + ": '" + o.substr(eq + 1) + "' is not a YAML value (" + e.what() + ")");
+    }
+    if (node.IsNull()) {
+      values.erase(key);
+    } else {
+      values[key] = {node, "command line"};
+    }
+  }
+  TrainConfig config;
+  for (const auto& d : key_table()) {
+    auto it = values.find(d.info.key);
+    if (it != values.end()) d.set(config, d.info.key, it->second);
+  }
+  check_combinations(config);
+  return config;
+}
+
+}  // namespace hyperparallel::train

@@ -1,0 +1,48 @@
+// The trainer's data pipeline. See train_data.h.
+#include "train_data.h"
+
+#include "hyperparallel/data/dataset_registry.h"
+#include "hyperparallel/models/model_config.h"
+#include "hyperparallel/platform/user_error.h"
+
+namespace hyperparallel::train {
+
+std::string tokenizer_dir(const TrainConfig& config) {
+  if (!config.tokenizer.empty()) return config.tokenizer;
+  if (models::is_debug_flavour(config.model_name_or_path)) {
+    throw UserError("model_name_or_path: " + config.model_name_or_path +
+                    " is a built-in flavour without tokenizer files; set tokenizer: to a folder with tokenizer.json "
+                    "(e.g. examples/tokenizer)");
+  }
+  return config.model_name_or_path;
+}
+
+TrainData prepare_train_data(const TrainConfig& config) {
+  TrainData out;
+  out.tokenizer = std::make_shared<data::Tokenizer>(data::Tokenizer::from_file(tokenizer_dir(config)));
+  const data::SpecialTokens& special = out.tokenizer->special_tokens();
+  const std::string pad = !special.pad.empty() ? special.pad : special.eos;
+  out.pad_id = pad.empty() ? 0 : out.tokenizer->token_to_id(pad).value_or(0);
+
+  data::SftLoadOptions load;
+  load.max_samples = config.max_samples;
+  load.on_bad_record = config.bad_records == "skip" ? data::BadRecordPolicy::kSkip : data::BadRecordPolicy::kStop;
+  const auto conversations = data::load_datasets(config.dataset, config.dataset_dir, load, &out.load_report);
+  out.conversations = static_cast<int64_t>(conversations.size());
+
+  const auto chat_template = data::ChatTemplate::named(config.chat_template, special.eos);
+  data::SampleOptions sample;
+  sample.cutoff_len = config.cutoff_len;
+  sample.train_on_prompt = config.train_on_prompt;
+  sample.render.enable_thinking = config.enable_thinking;
+  out.rows = data::build_sft_rows(*out.tokenizer, chat_template, conversations, sample, &out.sample_report);
+  if (config.packing) out.rows = data::pack_rows(out.rows, config.cutoff_len);
+  for (const auto& row : out.rows) {
+    int64_t n = 0;
+    for (size_t t = 1; t < row.labels.size(); ++t) n += row.labels[t] != data::kIgnoreLabel;
+    out.label_tokens.push_back(n);
+  }
+  return out;
+}
+
+}  // namespace hyperparallel::train

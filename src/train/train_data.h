@@ -1,0 +1,33 @@
+// The trainer's data: dataset names -> labelled rows (packed if asked) -> the sampler's input.
+// Every rank prepares the same rows deterministically (no communication); the sampler then
+// picks each rank's share.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hyperparallel/data/sft_dataset.h"
+#include "hyperparallel/data/sft_samples.h"
+#include "hyperparallel/data/tokenizer.h"
+#include "hyperparallel/train/train_config.h"
+
+namespace hyperparallel::train {
+
+struct TrainData {
+  std::shared_ptr<data::Tokenizer> tokenizer;
+  std::vector<data::TrainingRow> rows;
+  std::vector<int64_t> label_tokens;  // per row, the labels a next-token loss uses
+  int64_t pad_id = 0;
+  int64_t conversations = 0;
+  data::SftLoadReport load_report;
+  data::SampleReport sample_report;
+};
+
+// The tokenizer folder: `tokenizer`, else the model folder (UserError for a debug flavour
+// without one).
+std::string tokenizer_dir(const TrainConfig& config);
+
+TrainData prepare_train_data(const TrainConfig& config);
+
+}  // namespace hyperparallel::train

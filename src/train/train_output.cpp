@@ -1,0 +1,76 @@
+// Trainer output files. See train_output.h.
+#include "train_output.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "hyperparallel/platform/user_error.h"
+
+namespace hyperparallel::train {
+
+TrainerLog::TrainerLog(const std::string& output_dir, bool append)
+    : out_(output_dir + "/trainer_log.jsonl", append ? std::ios::app : std::ios::trunc) {
+  if (!out_) throw UserError("cannot write " + output_dir + "/trainer_log.jsonl; is output_dir writable?");
+}
+
+void TrainerLog::write(const nlohmann::json& line) {
+  out_ << line.dump() << '\n';
+  out_.flush();
+}
+
+void write_json_file(const std::string& path, const nlohmann::json& value) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) throw UserError("cannot write " + tmp);
+    out << value.dump(2) << '\n';
+    if (!out) throw UserError("cannot write " + tmp + " (disk full?)");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+void write_loss_svg(const std::string& path, const std::vector<std::pair<int64_t, double>>& points) {
+  constexpr double kW = 640, kH = 400, kLeft = 70, kRight = 20, kTop = 30, kBottom = 50;
+  std::ostringstream svg;
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << kH << "\">\n"
+      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      << "<text x=\"" << kW / 2 << "\" y=\"20\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"14\">training loss</text>\n";
+  if (!points.empty()) {
+    int64_t x0 = points.front().first, x1 = points.back().first;
+    double y0 = points.front().second, y1 = y0;
+    for (const auto& [x, y] : points) {
+      y0 = std::min(y0, y);
+      y1 = std::max(y1, y);
+    }
+    if (x1 == x0) x1 = x0 + 1;
+    if (y1 == y0) y1 = y0 + 1;
+    const auto px = [&](int64_t x) { return kLeft + (kW - kLeft - kRight) * static_cast<double>(x - x0) / static_cast<double>(x1 - x0); };
+    const auto py = [&](double y) { return kH - kBottom - (kH - kTop - kBottom) * (y - y0) / (y1 - y0); };
+    svg << "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\"";
+    for (const auto& [x, y] : points) svg << px(x) << "," << py(y) << " ";
+    svg << "\"/>\n";
+    char label[64];
+    const auto text = [&](double x, double y, const char* anchor, const std::string& s) {
+      svg << "<text x=\"" << x << "\" y=\"" << y << "\" text-anchor=\"" << anchor
+          << "\" font-family=\"sans-serif\" font-size=\"11\">" << s << "</text>\n";
+    };
+    std::snprintf(label, sizeof(label), "%.4g", y1);
+    text(kLeft - 5, kTop + 4, "end", label);
+    std::snprintf(label, sizeof(label), "%.4g", y0);
+    text(kLeft - 5, kH - kBottom, "end", label);
+    text(kLeft, kH - kBottom + 15, "middle", std::to_string(x0));
+    text(kW - kRight, kH - kBottom + 15, "middle", std::to_string(x1));
+    text(kW / 2, kH - 10, "middle", "step");
+    svg << "<line x1=\"" << kLeft << "\" y1=\"" << kH - kBottom << "\" x2=\"" << kW - kRight << "\" y2=\"" << kH - kBottom
+        << "\" stroke=\"black\"/>\n<line x1=\"" << kLeft << "\" y1=\"" << kTop << "\" x2=\"" << kLeft << "\" y2=\"" << kH - kBottom
+        << "\" stroke=\"black\"/>\n";
+  }
+  svg << "</svg>\n";
+  std::ofstream out(path, std::ios::trunc);
+  out << svg.str();
+  if (!out) throw UserError("cannot write " + path);
+}
+
+}  // namespace hyperparallel::train

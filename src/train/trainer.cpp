@@ -1,0 +1,318 @@
+// The SFT training loop. See train/trainer.h.
+#include "hyperparallel/train/trainer.h"
+
+#include <fnmatch.h>
+#include <sys/resource.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <ostream>
+
+#include "hyperparallel/data/batch_sampler.h"
+#include "hyperparallel/fsdp/fully_shard.h"
+#include "hyperparallel/mesh/device_mesh.h"
+#include "hyperparallel/models/auto_model.h"
+#include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/train/lr_schedule.h"
+#include "train_data.h"
+#include "train_output.h"
+
+namespace hyperparallel::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+mesh::DeviceMesh build_mesh(const TrainConfig& c, const std::shared_ptr<comm::Communicator>& world) {
+  const int64_t n = world->size();
+  const int64_t shard = c.fsdp_config.dp_shard_size == -1 ? n : c.fsdp_config.dp_shard_size;
+  if (shard > n || n % shard != 0) {
+    throw UserError("fsdp_config.dp_shard_size: " + std::to_string(shard) + " does not divide the world size " +
+                    std::to_string(n) + "; use a divisor of it (the rest become replicas, HSDP) or -1 for all ranks");
+  }
+  if (shard == n) return mesh::init_device_mesh(world, "cpu", {n}, {"dp_shard"});
+  return mesh::init_device_mesh(world, "cpu", {n / shard, shard}, {"dp_replicate", "dp_shard"});
+}
+
+// Rank 0 decides whether output_dir may be used; every rank learns the verdict.
+void prepare_output_dir(const TrainConfig& c, comm::Communicator& world) {
+  std::string problem;
+  if (world.rank() == 0) {
+    std::error_code ec;
+    const bool used = fs::exists(fs::path(c.output_dir) / "trainer_log.jsonl", ec) ||
+                      fs::exists(fs::path(c.output_dir) / "train_summary.json", ec);
+    if (used && !c.overwrite_output_dir && c.resume_from_checkpoint.empty()) {
+      problem = "output_dir " + c.output_dir +
+                " already holds a run (trainer_log.jsonl); set overwrite_output_dir: true, resume it, or pick another folder";
+    } else {
+      fs::create_directories(c.output_dir, ec);
+      if (ec) problem = "cannot create output_dir " + c.output_dir + ": " + ec.message();
+    }
+  }
+  at::Tensor flag = at::full({1}, problem.empty() ? 0 : 1, at::kInt);
+  world.broadcast(flag, 0).wait();
+  if (flag.item<int>() != 0) throw UserError(world.rank() == 0 ? problem : "rank 0 could not use output_dir " + c.output_dir);
+}
+
+fsdp::FullyShardOptions shard_options(const TrainConfig& c, const mesh::DeviceMesh& mesh, models::CausalLM& model) {
+  fsdp::FullyShardOptions o;
+  o.mesh = mesh;
+  const int64_t raf = c.fsdp_config.reshard_after_forward;
+  if (raf <= 1) {
+    o.reshard_after_forward = raf == 1;
+  } else {
+    o.reshard_after_forward = static_cast<int>(raf);
+  }
+  o.comm_fusion = c.fsdp_config.comm_fusion;
+  o.forward_prefetch_depth = static_cast<int>(c.fsdp_config.forward_prefetch_depth);
+  o.backward_prefetch_depth = static_cast<int>(c.fsdp_config.backward_prefetch_depth);
+  const auto dtype = [](const std::string& name) { return name == "bfloat16" ? at::kBFloat16 : at::kFloat; };
+  const MixPrecisionConfig& mp = c.fsdp_config.mix_precision;
+  if (c.bf16 || mp.param_dtype != "float32") o.mp_policy.param_dtype = c.bf16 && mp.param_dtype == "float32" ? at::kBFloat16 : dtype(mp.param_dtype);
+  if (mp.reduce_dtype != "float32") o.mp_policy.reduce_dtype = dtype(mp.reduce_dtype);
+  if (mp.output_dtype != "float32") o.mp_policy.output_dtype = dtype(mp.output_dtype);
+  o.offload_policy.cpu_offload = c.fsdp_config.enable_offload;
+  for (const auto& pattern : c.fsdp_config.replicate_params) {
+    bool matched = false;
+    for (const auto& item : model.named_parameters()) {
+      if (fnmatch(pattern.c_str(), item.key().c_str(), 0) == 0) {
+        o.replicate_params.push_back(item.value());
+        matched = true;
+      }
+    }
+    if (!matched) throw UserError("fsdp_config.replicate_params: '" + pattern + "' matches no parameter of the model");
+  }
+  return o;
+}
+
+// AdamW with HF's grouping: no weight decay on biases and norm weights.
+std::unique_ptr<torch::optim::AdamW> make_optimizer(const TrainConfig& c, models::CausalLM& model) {
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    const bool is_norm = name.find("norm") != std::string::npos;
+    const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+    (is_norm || is_bias ? no_decay : decay).push_back(item.value());
+  }
+  const auto options = [&](double wd) {
+    auto o = std::make_unique<torch::optim::AdamWOptions>(c.learning_rate);
+    o->betas({c.adam_beta1, c.adam_beta2}).eps(c.adam_epsilon).weight_decay(wd);
+    return o;
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options(c.weight_decay));
+  if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
+  return std::make_unique<torch::optim::AdamW>(groups, *options(c.weight_decay));
+}
+
+at::Tensor as_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t length) {
+  return at::tensor(v, at::kLong).view({rows, length});
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicator> world, std::ostream& log) {
+  const bool leader = world->rank() == 0;
+  prepare_output_dir(c, *world);
+  TrainData data = prepare_train_data(c);
+
+  const mesh::DeviceMesh mesh = build_mesh(c, world);
+  const int64_t dp = mesh.size(), dp_rank = mesh.rank();
+  const int64_t replicas = mesh.ndim() == 2 ? mesh.shape()[0] : 1;
+
+  models::ModelLoadOptions load;
+  load.seed = static_cast<uint64_t>(c.seed);
+  load.plan_overrides = c.plan_overrides;
+  const bool from_folder = !models::is_debug_flavour(c.model_name_or_path);
+  load.deferred_init = from_folder;
+  auto model = models::AutoModelForCausalLM::from_pretrained(c.model_name_or_path, load);
+  const int64_t vocab = model->config().vocab_size;
+  for (const auto& row : data.rows) {
+    const int64_t top = *std::max_element(row.input_ids.begin(), row.input_ids.end());
+    if (top >= vocab) {
+      throw UserError("the tokenizer produced id " + std::to_string(top) + " but the model's vocab_size is " + std::to_string(vocab) +
+                      "; use the model's own tokenizer (tokenizer: ...)");
+    }
+  }
+  const fsdp::FullyShardOptions shard = shard_options(c, mesh, *model);
+  for (auto* layer : model->decoder_layers()) fsdp::fully_shard(*layer, shard);
+  fsdp::FSDPModule root = fsdp::fully_shard(*model, shard);
+  root.set_reduce_op_type("sum");  // each micro-batch loss is already divided by the global token count
+  root.set_reshard_after_backward(c.fsdp_config.reshard_after_backward);
+  if (from_folder) models::load_pretrained_weights(*model, c.model_name_or_path);
+  auto optimizer = make_optimizer(c, *model);
+
+  const int64_t accum = c.gradient_accumulation_steps, per_device = c.per_device_train_batch_size;
+  const data::GlobalBatchSampler sampler(static_cast<int64_t>(data.rows.size()), per_device * accum * dp,
+                                         static_cast<uint64_t>(c.seed));
+  const int64_t total_steps = c.max_steps > 0 ? c.max_steps
+                                              : static_cast<int64_t>(std::ceil(c.num_train_epochs * static_cast<double>(sampler.steps_per_epoch())));
+  LrSchedule schedule{c.lr_scheduler_type, c.learning_rate, resolve_warmup_steps(c.warmup_steps, c.warmup_ratio, total_steps), total_steps};
+
+  std::unique_ptr<TrainerLog> trainer_log;
+  if (leader) {
+    trainer_log = std::make_unique<TrainerLog>(c.output_dir, false);
+    log << "hyperparallel train: " << world->size() << " ranks, " << mesh.to_string() << ", " << model->config().parameter_count()
+        << " parameters, " << data.conversations << " conversations -> " << data.rows.size() << " rows"
+        << (c.packing ? " (packed)" : "") << ", " << sampler.steps_per_epoch() << " steps per epoch, " << total_steps << " steps\n";
+    if (c.save_steps > 0 || c.save_total_limit) log << "note: checkpoints are not written yet; save_steps and save_total_limit have no effect\n";
+    for (const auto& s : data.load_report.skipped) log << "skipped: " << s << "\n";
+    for (const auto& s : data.sample_report.dropped) log << "dropped: " << s << "\n";
+    if (data.sample_report.truncated) log << data.sample_report.truncated << " samples cut at cutoff_len " << c.cutoff_len << "\n";
+  }
+
+  // Every communicator the step uses, once each (a 1-D mesh's axis group is the mesh's group).
+  std::vector<std::shared_ptr<comm::Communicator>> comms;
+  for (auto cm : {world, mesh.comm()}) {
+    if (std::find(comms.begin(), comms.end(), cm) == comms.end()) comms.push_back(cm);
+  }
+  for (const auto& axis : mesh.axis_names()) {
+    if (std::find(comms.begin(), comms.end(), mesh.comm(axis)) == comms.end()) comms.push_back(mesh.comm(axis));
+  }
+  const auto counters_now = [&] {
+    std::vector<comm::CommCounters> v;
+    for (const auto& cm : comms) v.push_back(cm->counters());
+    return v;
+  };
+  const auto wait_now = [&] {
+    double s = 0;
+    for (const auto& cm : comms) s += cm->wait_seconds();
+    return s;
+  };
+  const auto counters_start = counters_now();
+  const double wait_start = wait_now();
+
+  TrainResult result;
+  std::vector<double> step_times;
+  std::vector<std::pair<int64_t, double>> logged;
+  double interval_loss = 0, interval_tokens_per_s = 0;
+  int64_t interval_steps = 0, total_tokens = 0;
+  const auto t_start = Clock::now();
+  data::SamplerPosition position;
+  for (int64_t step = 0; step < total_steps; ++step) {
+    const auto t_step = Clock::now();
+    const std::vector<int64_t> global = sampler.global_batch_rows(position);
+    int64_t label_tokens = 0, input_tokens = 0;
+    for (int64_t r : global) {
+      label_tokens += data.label_tokens[r];
+      input_tokens += static_cast<int64_t>(data.rows[r].input_ids.size());
+    }
+    const double denominator = static_cast<double>(std::max<int64_t>(1, label_tokens));
+    double local_loss_sum = 0;
+    for (int64_t m = 0; m < accum; ++m) {
+      std::vector<const data::TrainingRow*> mine;
+      for (int64_t r : data::GlobalBatchSampler::rank_micro_batch(global, dp_rank, dp, m, accum)) mine.push_back(&data.rows[r]);
+      const data::TokenBatch batch = data::collate_rows(mine, data.pad_id);
+      models::CausalLMInput in;
+      in.input_ids = as_tensor(batch.input_ids, batch.rows, batch.length);
+      in.labels = as_tensor(batch.labels, batch.rows, batch.length);
+      in.attention_mask = as_tensor(batch.attention_mask, batch.rows, batch.length);
+      in.position_ids = as_tensor(batch.position_ids, batch.rows, batch.length);
+      root.set_requires_gradient_sync(m == accum - 1);
+      const models::CausalLMOutput out = model->forward(in);
+      at::Tensor loss = out.lm_loss_sum / denominator;
+      // MoE: the load-balancing term (per micro-batch, averaged over micro-batches and ranks).
+      if (out.aux_loss.defined()) loss = loss + (out.loss - out.lm_loss) / static_cast<double>(accum * dp);
+      loss.backward();
+      local_loss_sum += out.lm_loss_sum.item<double>();
+    }
+    // Global gradient norm over all shards: every shard exists once per replica group.
+    double local_sq = 0;
+    for (const auto& p : model->parameters()) {
+      if (p.grad().defined()) local_sq += p.grad().pow(2).sum().item<double>();
+    }
+    at::Tensor sums = at::tensor({local_sq, local_loss_sum}, at::kDouble);
+    world->all_reduce(sums).wait();
+    const double grad_norm = std::sqrt(sums[0].item<double>() / static_cast<double>(replicas));
+    const double step_loss = sums[1].item<double>() / denominator;
+    if (c.max_grad_norm > 0) {
+      const double coef = c.max_grad_norm / (grad_norm + 1e-6);
+      if (coef < 1) {
+        for (const auto& p : model->parameters()) {
+          if (p.grad().defined()) p.grad().mul_(coef);
+        }
+      }
+    }
+    const double lr = schedule.lr_at(step);
+    for (auto& group : optimizer->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    optimizer->step();
+    optimizer->zero_grad();
+    position = sampler.next(position);
+
+    const double seconds = std::chrono::duration<double>(Clock::now() - t_step).count();
+    step_times.push_back(seconds);
+    total_tokens += input_tokens;
+    result.step_losses.push_back(step_loss);
+    result.grad_norms.push_back(grad_norm);
+    interval_loss += step_loss;
+    interval_tokens_per_s += static_cast<double>(input_tokens) / seconds;
+    ++interval_steps;
+    const bool last = step + 1 == total_steps;
+    if (leader && ((step + 1) % c.logging_steps == 0 || last)) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
+      const double epoch = static_cast<double>(step + 1) / static_cast<double>(sampler.steps_per_epoch());
+      const double mean_loss = interval_loss / static_cast<double>(interval_steps);
+      const double tokens_per_s = interval_tokens_per_s / static_cast<double>(interval_steps);
+      trainer_log->write({{"step", step + 1}, {"loss", mean_loss}, {"grad_norm", grad_norm}, {"lr", lr}, {"epoch", epoch},
+                          {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed}});
+      logged.emplace_back(step + 1, mean_loss);
+      const double eta = elapsed / static_cast<double>(step + 1) * static_cast<double>(total_steps - step - 1);
+      char line[256];
+      std::snprintf(line, sizeof(line), "step %lld/%lld loss %.4f grad_norm %.3f lr %.3g epoch %.2f tok/s %.0f eta %.0fs\n",
+                    static_cast<long long>(step + 1), static_cast<long long>(total_steps), mean_loss, grad_norm, lr, epoch,
+                    tokens_per_s, eta);
+      log << line << std::flush;
+      interval_loss = interval_tokens_per_s = 0;
+      interval_steps = 0;
+    }
+  }
+  result.steps = total_steps;
+  const double train_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+
+  // Summary: per-rank peak RSS gathered to everyone; communication per step on this rank.
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  at::Tensor rss = at::zeros({world->size()}, at::kLong);
+  at::Tensor mine = at::full({1}, static_cast<int64_t>(usage.ru_maxrss) * 1024, at::kLong);
+  world->all_gather(rss, mine).wait();
+  const auto counters_end = counters_now();
+  nlohmann::json comm_per_step = nlohmann::json::object();
+  for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
+    const auto kind = static_cast<comm::CollectiveKind>(k);
+    int64_t calls = 0, bytes = 0;
+    for (size_t i = 0; i < comms.size(); ++i) {
+      const auto d = counters_end[i] - counters_start[i];
+      calls += d[kind].calls;
+      bytes += d[kind].bytes;
+    }
+    if (calls == 0) continue;
+    comm_per_step[comm::to_string(kind)] = {{"calls", static_cast<double>(calls) / static_cast<double>(total_steps)},
+                                            {"bytes", static_cast<double>(bytes) / static_cast<double>(total_steps)}};
+  }
+  if (leader) {
+    nlohmann::json summary = {
+        {"world_size", world->size()},
+        {"mesh", {{"shape", mesh.shape()}, {"axis_names", mesh.axis_names()}}},
+        {"steps", total_steps},
+        {"final_loss", result.step_losses.empty() ? 0.0 : result.step_losses.back()},
+        {"step_time_s_median", median(step_times)},
+        {"tokens_per_s", static_cast<double>(total_tokens) / train_seconds},
+        {"peak_rss_bytes", std::vector<int64_t>(rss.data_ptr<int64_t>(), rss.data_ptr<int64_t>() + rss.numel())},
+        {"comm_per_step_rank0", comm_per_step},
+        {"exposed_comm_fraction", (wait_now() - wait_start) / train_seconds}};
+    write_json_file(c.output_dir + "/train_summary.json", summary);
+    if (c.plot_loss) write_loss_svg(c.output_dir + "/training_loss.svg", logged);
+  }
+  return result;
+}
+
+}  // namespace hyperparallel::train

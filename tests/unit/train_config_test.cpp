@@ -1,0 +1,151 @@
+// The trainer's configuration: the frozen schema, its documentation, precedence, and the
+// one-line exit-code-2 error of every bad config.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/train/train_config.h"
+#include "support/subprocess.h"
+
+namespace hp = hyperparallel;
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string write_yaml(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "hp_config_" + name + ".yaml";
+  std::ofstream(path, std::ios::trunc) << text;
+  return path;
+}
+
+const std::string kValid =
+    "model_name_or_path: qwen3-debug\n"
+    "tokenizer: " HP_SOURCE_DIR "/examples/tokenizer\n"
+    "dataset: synthetic_reverse\n"
+    "template: qwen3\n"
+    "max_samples: 64\n"
+    "max_steps: 1\n";
+
+}  // namespace
+
+TEST(TrainConfig, SchemaIsFrozen) {
+  // A change here changes what users' YAML files mean: update the fixture and docs/config.md.
+  EXPECT_EQ(hp::train::config_schema_text(), read_file(HP_SOURCE_DIR "/tests/fixtures/config_schema.txt"));
+}
+
+TEST(TrainConfig, EveryKeyIsDocumented) {
+  const std::string docs = read_file(HP_SOURCE_DIR "/docs/config.md");
+  EXPECT_GE(hp::train::config_schema().size(), 50u);
+  for (const auto& key : hp::train::config_schema()) EXPECT_NE(docs.find("`" + key.key + "`"), std::string::npos) << key.key;
+}
+
+TEST(TrainConfig, CommandLineOverYamlOverDefaults) {
+  const std::string path = write_yaml("precedence", kValid +
+                                                        "output_dir: /tmp/x\n"
+                                                        "learning_rate: 1.0e-4\n"
+                                                        "save_total_limit: ~\n"
+                                                        "fsdp_config:\n  dp_shard_size: 2\n  reshard_after_forward: 4\n"
+                                                        "  mix_precision: {param_dtype: bfloat16}\n"
+                                                        "  replicate_params: ['*norm*']\n"
+                                                        "plan_overrides:\n  - {match: '*', module_type: Qwen3RMSNorm, replace_module: fused_rms_norm}\n");
+  const auto c = hp::train::load_train_config(path, {"learning_rate=3e-4", "fsdp_config.comm_fusion=false", "max_samples=null"});
+  EXPECT_DOUBLE_EQ(c.learning_rate, 3e-4);
+  EXPECT_FALSE(c.fsdp_config.comm_fusion);
+  EXPECT_EQ(c.fsdp_config.dp_shard_size, 2);
+  EXPECT_EQ(c.fsdp_config.reshard_after_forward, 4);
+  EXPECT_EQ(c.fsdp_config.mix_precision.param_dtype, "bfloat16");
+  EXPECT_EQ(c.fsdp_config.replicate_params, std::vector<std::string>{"*norm*"});
+  ASSERT_EQ(c.plan_overrides.size(), 1u);
+  EXPECT_EQ(c.plan_overrides[0].replace_module, "fused_rms_norm");
+  EXPECT_FALSE(c.max_samples.has_value());  // null on the command line: back to the default
+  EXPECT_FALSE(c.save_total_limit.has_value());
+  EXPECT_EQ(c.lr_scheduler_type, "linear");  // default
+  EXPECT_EQ(c.per_device_train_batch_size, 1);
+}
+
+// Each bad config: exit code 2 and one line that names the key (or the thing) at fault.
+TEST(TrainConfig, BadConfigsFailWithExitCode2NamingTheKey) {
+  const std::string out = "output_dir: " + ::testing::TempDir() + "hp_config_out\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"learning_rat: 1.0e-4\n", "unknown key 'learning_rat' (did you mean 'learning_rate'?)"},
+      {"fsdp_config:\n  dp_shard: 2\n", "unknown key 'fsdp_config.dp_shard' (did you mean 'fsdp_config.dp_shard_size'?)"},
+      {"dp_shard_size: 2\n", "unknown key 'dp_shard_size' (did you mean 'fsdp_config.dp_shard_size'?)"},
+      {"learning_rate: fast\n", "learning_rate: 'fast' is not allowed; expected a number > 0"},
+      {"learning_rate: -1\n", "learning_rate: '-1' is not allowed"},
+      {"learning_rate: .nan\n", "learning_rate: '.nan' is not allowed"},
+      {"per_device_train_batch_size: 0\n", "per_device_train_batch_size: '0' is not allowed; expected an integer >= 1"},
+      {"per_device_train_batch_size: 2.5\n", "per_device_train_batch_size: '2.5'"},
+      {"gradient_accumulation_steps: [1, 2]\n", "gradient_accumulation_steps: a list is not allowed"},
+      {"cutoff_len: 1\n", "cutoff_len: '1' is not allowed; expected an integer >= 2"},
+      {"max_steps: 0\n", "max_steps: '0' is not allowed; expected -1 or an integer >= 1"},
+      {"num_train_epochs: 0\n", "num_train_epochs: '0'"},
+      {"warmup_ratio: 1.5\n", "warmup_ratio: '1.5' is not allowed; expected a number in [0, 1)"},
+      {"adam_beta2: 1\n", "adam_beta2: '1' is not allowed"},
+      {"adam_epsilon: 0\n", "adam_epsilon: '0'"},
+      {"weight_decay: -0.1\n", "weight_decay: '-0.1'"},
+      {"max_grad_norm: -1\n", "max_grad_norm: '-1'"},
+      {"logging_steps: 0\n", "logging_steps: '0'"},
+      {"save_total_limit: 0\n", "save_total_limit: '0'"},
+      {"seed: -3\n", "seed: '-3'"},
+      {"lr_scheduler_type: cosin\n", "lr_scheduler_type: 'cosin' is not allowed; expected linear | cosine | constant | constant_with_warmup (did you mean 'cosine'?)"},
+      {"packing: maybe\n", "packing: 'maybe' is not allowed; expected true or false"},
+      {"bad_records: ignore\n", "bad_records: 'ignore'"},
+      {"stage: pt\n", "stage: pt is not supported yet"},
+      {"finetuning_type: lora\n", "finetuning_type: lora is not supported yet"},
+      {"use_hyper_parallel: false\n", "use_hyper_parallel: false"},
+      {"accelerator:\n  tp_size: 2\n", "accelerator.tp_size: 2 is not supported yet"},
+      {"accelerator:\n  pp_size: 0\n", "accelerator.pp_size: '0' is not allowed"},
+      {"fsdp_config: 4\n", "fsdp_config must be a mapping"},
+      {"fsdp_config:\n  dp_shard_size: 0\n", "fsdp_config.dp_shard_size: '0' is not allowed; expected -1 or an integer >= 1"},
+      {"fsdp_config:\n  dp_shard_size: 3\n", "fsdp_config.dp_shard_size: 3 does not divide the world size 1"},
+      {"fsdp_config:\n  reshard_after_forward: 1\n", "fsdp_config.reshard_after_forward: '1' is not allowed; expected true, false or an integer >= 2"},
+      {"fsdp_config:\n  mix_precision:\n    param_dtype: float16\n", "fsdp_config.mix_precision.param_dtype: 'float16' is not allowed; expected float32 | bfloat16"},
+      {"fsdp_config:\n  edp_shard_size: 2\n", "fsdp_config.edp_shard_size applies with expert parallelism"},
+      {"fsdp_config:\n  replicate_params: ['*nothing*']\n", "fsdp_config.replicate_params: '*nothing*' matches no parameter"},
+      {"model:\n  validate_placement: true\n", "model.validate_placement is reserved"},
+      {"plan_overrides:\n  - {match: '*', module_type: Qwen3RMSNorm}\n", "plan_overrides[0] needs match, module_type and replace_module"},
+      {"plan_overrides:\n  - {match: '*', module: Qwen3RMSNorm, replace_module: x}\n", "plan_overrides[0] has unknown key 'module'"},
+      {"plan_overrides:\n  - {match: '*', module_type: Qwen3RMSNorm, replace_module: fast_norm}\n", "fast_norm"},
+      {"resume_from_checkpoint: latest\n", "resume_from_checkpoint: checkpoints are not written yet"},
+      {"template: chatml\n", "template: 'chatml' is not allowed; expected default | llama2 | llama3 | qwen | qwen3"},
+      {"dataset: synthetic_revers\n", "dataset 'synthetic_revers' is neither built in nor in"},
+      {"model_name_or_path: qwen4-debug\n", "qwen4-debug"},
+      {"tokenizer: /nonexistent\n", "tokenizer /nonexistent does not exist"},
+      {"nproc_per_node: many\n", "nproc_per_node: 'many'"},
+      {"comm_timeout_s: 0\n", "comm_timeout_s: '0'"},
+      {"key without a value\n", "unknown key 'key without a value'"},
+      {"learning_rate: [1\n", "is not valid YAML"},
+  };
+  for (const auto& [bad, expected] : cases) {
+    SCOPED_TRACE(bad);
+    // The bad line comes last so it overrides the valid value of the same key.
+    const std::string yaml = kValid + out + bad;
+    const auto run = hp::testing::run_subprocess({HP_CLI_PATH, "train", write_yaml("bad", yaml)});
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find(expected), std::string::npos) << run.output;
+    EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+  }
+  EXPECT_GE(cases.size(), 30u);
+  // Required keys and the command line itself.
+  const auto missing = hp::testing::run_subprocess({HP_CLI_PATH, "train", write_yaml("missing", "dataset: synthetic_reverse\n")});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.output.find("model_name_or_path is required"), std::string::npos) << missing.output;
+  const auto flag = hp::testing::run_subprocess({HP_CLI_PATH, "train", write_yaml("ok", kValid + out), "--fsdp_config=3"});
+  EXPECT_EQ(flag.exit_code, 2);
+  EXPECT_NE(flag.output.find("fsdp_config is a section"), std::string::npos) << flag.output;
+  const auto list = hp::testing::run_subprocess({HP_CLI_PATH, "train", write_yaml("list", "- a\n- b\n")});
+  EXPECT_EQ(list.exit_code, 2);
+  EXPECT_NE(list.output.find("must be a mapping of keys to values"), std::string::npos) << list.output;
+  const auto no_file = hp::testing::run_subprocess({HP_CLI_PATH, "train", "/nonexistent.yaml"});
+  EXPECT_EQ(no_file.exit_code, 2);
+  EXPECT_NE(no_file.output.find("cannot read the config file /nonexistent.yaml"), std::string::npos) << no_file.output;
+}

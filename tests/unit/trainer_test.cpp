@@ -1,0 +1,107 @@
+// hyperparallel train: the product promise (every layout's per-step loss equals the 1-process
+// run's at the same global batch), the output files, and the command line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "hyperparallel/train/trainer.h"
+#include "support/multiprocess.h"
+#include "support/subprocess.h"
+
+namespace hp = hyperparallel;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The same path in the test and in the rank processes it starts (so no pid in it).
+std::string temp_dir(const std::string& name) { return ::testing::TempDir() + "hp_trainer_" + name; }
+
+// The debug model on the synthetic data with a global batch of 8 rows, 20 steps, logging
+// every step; `layout` adds the per-rank batch, accumulation and fsdp keys.
+std::vector<std::string> base_overrides(const std::string& output_dir) {
+  return {"model_name_or_path=qwen3-debug",
+          "tokenizer=" HP_SOURCE_DIR "/examples/tokenizer",
+          "dataset=synthetic_reverse",
+          "template=qwen3",
+          "max_samples=400",
+          "cutoff_len=64",
+          "learning_rate=2.0e-3",
+          "lr_scheduler_type=cosine",
+          "warmup_steps=3",
+          "weight_decay=0.01",
+          "max_grad_norm=1.0",
+          "max_steps=20",
+          "logging_steps=1",
+          "seed=7",
+          "output_dir=" + output_dir};
+}
+
+std::vector<double> logged_losses(const std::string& output_dir) {
+  std::ifstream in(output_dir + "/trainer_log.jsonl");
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  return losses;
+}
+
+void train_on(int ranks, const std::string& output_dir, const std::vector<std::string>& layout) {
+  std::vector<std::string> overrides = base_overrides(output_dir);
+  overrides.insert(overrides.end(), layout.begin(), layout.end());
+  if (!hp::testing::is_rank_process()) fs::remove_all(output_dir);  // a rank process must not touch earlier runs
+  hp::testing::run_on_ranks(ranks, [&](hp::testing::RankContext& ctx) {
+    std::ostringstream log;
+    const auto result = hp::train::run_training(hp::train::load_train_config("", overrides), ctx.world, log);
+    EXPECT_EQ(result.steps, 20);
+  });
+}
+
+}  // namespace
+
+TEST(Trainer, EveryLayoutMatchesOneProcessAtTheSameGlobalBatch) {
+  // All runs first: a rank process runs only its own run_on_ranks call and exits there.
+  const std::string ref_dir = temp_dir("ref");
+  train_on(1, ref_dir, {"per_device_train_batch_size=8"});
+  const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
+      {"fsdp4", 4, {"per_device_train_batch_size=2"}},
+      {"hsdp2x2", 4, {"per_device_train_batch_size=2", "fsdp_config.dp_shard_size=2"}},
+      {"fsdp2_accum2", 2, {"per_device_train_batch_size=2", "gradient_accumulation_steps=2"}}};
+  for (const auto& [name, ranks, layout] : layouts) train_on(ranks, temp_dir(name), layout);
+
+  const auto ref = logged_losses(ref_dir);
+  ASSERT_EQ(ref.size(), 20u);
+  EXPECT_LT(ref.back(), ref.front() * 0.7) << "the run should learn";
+  for (const auto& [name, ranks, layout] : layouts) {
+    SCOPED_TRACE(name);
+    const auto got = logged_losses(temp_dir(name));
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t s = 0; s < ref.size(); ++s) EXPECT_NEAR(got[s], ref[s], 1e-5 * std::abs(ref[s])) << "step " << s + 1;
+    fs::remove_all(temp_dir(name));
+  }
+  fs::remove_all(ref_dir);
+}
+
+TEST(Trainer, CommandLineTrainsOnItsOwnRanksAndWritesItsFiles) {
+  const std::string dir = temp_dir("cli");
+  fs::remove_all(dir);
+  std::vector<std::string> argv = {HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--max_steps=6", "--logging_steps=3",
+                                   "--output_dir=" + dir, "--nproc-per-node", "2", "--fsdp_config.dp_shard_size=-1", "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer"};
+  const auto run = hp::testing::run_subprocess(argv, {std::chrono::seconds(120), {}, {}, {}});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("step 6/6 loss"), std::string::npos) << run.output;
+  const auto summary = nlohmann::json::parse(std::ifstream(dir + "/train_summary.json"));
+  EXPECT_EQ(summary.at("world_size"), 2);
+  EXPECT_EQ(summary.at("steps"), 6);
+  EXPECT_EQ(summary.at("peak_rss_bytes").size(), 2u);
+  EXPECT_GT(summary.at("comm_per_step_rank0").at("reduce_scatter").at("calls").get<double>(), 0);
+  EXPECT_EQ(logged_losses(dir).size(), 2u);
+  EXPECT_TRUE(fs::exists(dir + "/training_loss.svg"));
+  // The same folder again without overwrite_output_dir is refused, and nothing is touched.
+  const auto before = fs::last_write_time(dir + "/trainer_log.jsonl");
+  argv.push_back("--overwrite_output_dir=false");
+  const auto again = hp::testing::run_subprocess(argv, {std::chrono::seconds(120), {}, {}, {}});
+  EXPECT_EQ(again.exit_code, 2) << again.output;
+  EXPECT_NE(again.output.find("already holds a run"), std::string::npos) << again.output;
+  EXPECT_EQ(fs::last_write_time(dir + "/trainer_log.jsonl"), before);
+  fs::remove_all(dir);
+}

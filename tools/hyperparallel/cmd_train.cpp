@@ -1,0 +1,60 @@
+// hyperparallel train CONFIG.yaml [--key=value ...]: the SFT trainer (src/train/).
+// Under a launcher (hyperparallel run, torchrun-style variables, mpirun, Slurm) it is one rank;
+// otherwise it starts nproc_per_node local ranks of itself, or trains in this process for 1.
+#include <iostream>
+#include <sstream>
+
+#include "commands.h"
+#include "hyperparallel/comm/rendezvous.h"
+#include "hyperparallel/launch/process_launcher.h"
+#include "hyperparallel/platform/host_allocator.h"
+#include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/train/trainer.h"
+
+namespace hyperparallel::cli {
+
+int train_command(const Args& args) {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) == 0) {
+      std::string key = a.substr(2);
+      if (key.find('=') == std::string::npos) {
+        if (i + 1 >= args.size()) throw UserError("command line: --" + key + " needs a value (--" + key + "=VALUE)");
+        key += "=" + args[++i];
+      }
+      // The launcher's spelling is accepted for the one process-count key.
+      if (key.rfind("nproc-per-node=", 0) == 0) key = "nproc_per_node=" + key.substr(15);
+      overrides.push_back(key);
+    } else if (config_path.empty()) {
+      config_path = a;
+    } else {
+      throw UserError("command line: unexpected argument '" + a + "'; usage: hyperparallel train CONFIG.yaml [--key=value ...]");
+    }
+  }
+  if (config_path.empty() && overrides.empty()) {
+    throw UserError("usage: hyperparallel train CONFIG.yaml [--key=value ...] (keys in docs/config.md)");
+  }
+  const train::TrainConfig config = train::load_train_config(config_path, overrides);
+  const comm::RendezvousInfo info = comm::rendezvous_info_from_env();
+  if (info.source == "single process" && config.nproc_per_node > 1) {
+    launch::LaunchSpec spec;
+    spec.nproc_per_node = static_cast<int>(config.nproc_per_node);
+    spec.command = {self_executable(), "train"};
+    spec.command.insert(spec.command.end(), args.begin(), args.end());
+    spec.prefix_output = false;
+    const launch::LaunchResult result = launch::launch_ranks(spec);
+    if (!result.summary.empty()) std::cerr << "hyperparallel train: " << result.summary << "\n";
+    return result.exit_code;
+  }
+  platform::CachingHostAllocator::install();
+  comm::CommOptions options;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
+  auto world = comm::init_process_group(info, options);
+  std::ostringstream quiet;
+  train::run_training(config, world, world->rank() == 0 ? std::cout : quiet);
+  return kExitOk;
+}
+
+}  // namespace hyperparallel::cli
