@@ -164,7 +164,7 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
     log << "hyperparallel train: " << world->size() << " ranks, " << mesh.to_string() << ", " << model->config().parameter_count()
         << " parameters, " << data.conversations << " conversations -> " << data.rows.size() << " rows"
         << (c.packing ? " (packed)" : "") << ", " << sampler.steps_per_epoch() << " steps per epoch, " << total_steps << " steps\n";
-    if (c.save_steps > 0 || c.save_total_limit) log << "note: checkpoints are not written yet; save_steps and save_total_limit have no effect\n";
+    if ((c.save_steps > 0 && c.save_steps <= total_steps) || c.save_total_limit) log << "note: checkpoints are not written yet; save_steps and save_total_limit have no effect\n";
     for (const auto& s : data.load_report.skipped) log << "skipped: " << s << "\n";
     for (const auto& s : data.sample_report.dropped) log << "dropped: " << s << "\n";
     if (data.sample_report.truncated) log << data.sample_report.truncated << " samples cut at cutoff_len " << c.cutoff_len << "\n";
