@@ -225,10 +225,15 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
       loss.backward();
       local_loss_sum += out.lm_loss_sum.item<double>();
     }
-    // Global gradient norm over all shards: every shard exists once per replica group.
+    // Global gradient norm over all shards: every shard exists once per replica group, a
+    // replicated parameter's whole gradient once per rank.
     double local_sq = 0;
     for (const auto& p : model->parameters()) {
-      if (p.grad().defined()) local_sq += p.grad().pow(2).sum().item<double>();
+      if (!p.grad().defined()) continue;
+      const bool replicated = std::any_of(shard.replicate_params.begin(), shard.replicate_params.end(),
+                                          [&](const at::Tensor& r) { return r.is_same(p); });
+      local_sq += p.grad().pow(2).sum().item<double>() *
+                  (replicated ? static_cast<double>(replicas) / static_cast<double>(world->size()) : 1.0);
     }
     at::Tensor sums = at::tensor({local_sq, local_loss_sum}, at::kDouble);
     world->all_reduce(sums).wait();
