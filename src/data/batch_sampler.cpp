@@ -39,16 +39,16 @@ GlobalBatchSampler::GlobalBatchSampler(int64_t num_rows, int64_t global_batch, u
   }
 }
 
-std::vector<int64_t> GlobalBatchSampler::epoch_order(int64_t epoch) const {
+const std::vector<int64_t>& GlobalBatchSampler::epoch_order(int64_t epoch) const {
   if (epoch == cached_epoch_) return cached_order_;
-  std::vector<int64_t> order(static_cast<size_t>(num_rows_));
+  std::vector<int64_t>& order = cached_order_;
+  order.resize(static_cast<size_t>(num_rows_));
   std::iota(order.begin(), order.end(), 0);
   if (shuffle_) {
     uint64_t state = seed_ ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(epoch + 1));
     for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[bounded(state, i)]);
   }
   cached_epoch_ = epoch;
-  cached_order_ = order;
   return order;
 }
 
@@ -57,7 +57,7 @@ std::vector<int64_t> GlobalBatchSampler::global_batch_rows(const SamplerPosition
     throw std::out_of_range("sampler step " + std::to_string(position.step) + " outside the epoch's " +
                             std::to_string(steps_per_epoch()) + " steps");
   }
-  const std::vector<int64_t> order = epoch_order(position.epoch);
+  const std::vector<int64_t>& order = epoch_order(position.epoch);
   const auto first = order.begin() + position.step * global_batch_;
   return std::vector<int64_t>(first, first + global_batch_);
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "hyperparallel/platform/suggest.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel::data {
@@ -159,9 +160,7 @@ std::vector<std::string> ChatTemplate::names() { return {"default", "llama2", "l
 ChatTemplate ChatTemplate::named(const std::string& name, const std::string& eos_token) {
   const auto all = names();
   if (std::find(all.begin(), all.end(), name) == all.end()) {
-    std::string list;
-    for (const auto& n : all) list += (list.empty() ? "" : ", ") + n;
-    throw UserError("template '" + name + "' is not a known chat template; known: " + list);
+    throw UserError("template '" + name + "' is not a known chat template; known: " + join_names(all));
   }
   if (name == "default" && eos_token.empty()) {
     throw UserError("chat template default ends every turn with the tokenizer's eos token, and this tokenizer has none "

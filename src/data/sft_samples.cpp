@@ -16,7 +16,15 @@ size_t token_boundary(const Tokenizer& tokenizer, const std::string& prefix_text
   return n;
 }
 
+int64_t count_labels(const int64_t* labels, size_t n) {
+  int64_t count = 0;
+  for (size_t t = 1; t < n; ++t) count += labels[t] != kIgnoreLabel;
+  return count;
+}
+
 }  // namespace
+
+int64_t label_tokens(const TrainingRow& row) { return count_labels(row.labels.data(), row.labels.size()); }
 
 TrainingRow tokenize_conversation(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                   const std::vector<ChatMessage>& messages, const SampleOptions& options) {
@@ -79,9 +87,7 @@ std::vector<TrainingRow> pack_rows(const std::vector<TrainingRow>& rows, int64_t
 
 int64_t TokenBatch::label_tokens() const {
   int64_t count = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t t = 1; t < length; ++t) count += labels[r * length + t] != kIgnoreLabel;
-  }
+  for (int64_t r = 0; r < rows; ++r) count += count_labels(labels.data() + r * length, static_cast<size_t>(length));
   return count;
 }
 

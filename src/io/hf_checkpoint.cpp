@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "hyperparallel/platform/user_error.h"
+#include "io/atomic_write.h"
 
 namespace hyperparallel::io {
 namespace fs = std::filesystem;
@@ -135,13 +136,7 @@ std::vector<std::string> save_hf_checkpoint(const std::string& dir, const std::v
     written.push_back(name);
   }
   nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  const std::string index_tmp = (fs::path(dir) / kIndexFile).string() + ".tmp";
-  {
-    std::ofstream out(index_tmp, std::ios::trunc);
-    out << index.dump(2) << "\n";
-    if (!out) throw UserError("cannot write " + index_tmp);
-  }
-  fs::rename(index_tmp, fs::path(dir) / kIndexFile);
+  write_file_atomically((fs::path(dir) / kIndexFile).string(), index.dump(2) + "\n");
   std::remove((fs::path(dir) / kSingleFile).c_str());
   written.push_back(kIndexFile);
   return written;

@@ -4,6 +4,7 @@
 #include <set>
 #include <sstream>
 
+#include "hyperparallel/platform/suggest.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel::mesh {
@@ -86,9 +87,7 @@ int64_t DeviceMesh::size() const { return product(shape_); }
 int DeviceMesh::axis_index(const std::string& axis) const {
   auto it = std::find(names_.begin(), names_.end(), axis);
   if (it == names_.end()) {
-    std::string known;
-    for (const auto& n : names_) known += (known.empty() ? "" : ", ") + n;
-    throw UserError("mesh has no axis '" + axis + "'; its axes are: " + known);
+    throw UserError("mesh has no axis '" + axis + "'; its axes are: " + join_names(names_));
   }
   return static_cast<int>(it - names_.begin());
 }

@@ -2,12 +2,13 @@
 #include "hyperparallel/models/auto_model.h"
 
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/io/hf_checkpoint.h"
+#include "hyperparallel/platform/suggest.h"
 #include "hyperparallel/platform/user_error.h"
+#include "io/atomic_write.h"
 
 namespace hyperparallel::models {
 namespace fs = std::filesystem;
@@ -55,9 +56,7 @@ std::shared_ptr<CausalLM> AutoModelForCausalLM::from_config(const ModelConfig& c
 std::shared_ptr<CausalLM> AutoModelForCausalLM::from_pretrained(const std::string& name_or_dir, const ModelLoadOptions& options) {
   if (is_debug_flavour(name_or_dir) && !fs::exists(name_or_dir)) return from_config(debug_flavour_config(name_or_dir), options);
   if (!fs::is_directory(name_or_dir)) {
-    std::string flavours;
-    for (const auto& n : debug_flavour_names()) flavours += (flavours.empty() ? "" : ", ") + n;
-    throw UserError("model '" + name_or_dir + "' is neither a folder nor a built-in flavour (" + flavours + ")");
+    throw UserError("model '" + name_or_dir + "' is neither a folder nor a built-in flavour (" + join_names(debug_flavour_names()) + ")");
   }
   ModelLoadOptions deferred = options;
   deferred.deferred_init = true;
@@ -107,13 +106,7 @@ std::vector<std::string> save_pretrained(CausalLM& model, const std::string& dir
     ordered.emplace_back(item.key(), t.to(dtype));
   }
   fs::create_directories(dir);
-  const std::string config_tmp = (fs::path(dir) / "config.json.tmp").string();
-  {
-    std::ofstream out(config_tmp, std::ios::trunc);
-    out << model_config_json(model.config(), dtype_json_name(dtype));
-    if (!out) throw UserError("cannot write " + config_tmp);
-  }
-  fs::rename(config_tmp, fs::path(dir) / "config.json");
+  io::write_file_atomically((fs::path(dir) / "config.json").string(), model_config_json(model.config(), dtype_json_name(dtype)));
   auto files = io::save_hf_checkpoint(dir, ordered, max_shard);
   files.insert(files.begin(), "config.json");
   return files;

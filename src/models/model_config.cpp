@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "hyperparallel/platform/suggest.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel::models {
@@ -302,9 +303,7 @@ bool is_debug_flavour(const std::string& name) {
 
 ModelConfig debug_flavour_config(const std::string& name) {
   if (!is_debug_flavour(name)) {
-    std::string list;
-    for (const auto& n : debug_flavour_names()) list += (list.empty() ? "" : ", ") + n;
-    throw UserError("'" + name + "' is not a built-in model flavour; built-in: " + list);
+    throw UserError("'" + name + "' is not a built-in model flavour; built-in: " + join_names(debug_flavour_names()));
   }
   ModelConfig c;
   const std::string family = name.substr(0, name.size() - std::string("-debug").size());

@@ -9,19 +9,10 @@
 #include "fused_attention.h"
 #include "fused_rms_norm.h"
 #include "hyperparallel/models/module_interfaces.h"
+#include "hyperparallel/platform/suggest.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel::models {
-namespace {
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
-
-}  // namespace
-
 ReplacementRegistry ReplacementRegistry::with_builtins() {
   ReplacementRegistry r;
   r.add("fused_qkv_attention", make_fused_qkv_attention);
@@ -37,7 +28,7 @@ void ReplacementRegistry::add(const std::string& name, ReplacementFactory factor
 const ReplacementFactory& ReplacementRegistry::find(const std::string& name) const {
   auto it = factories_.find(name);
   if (it == factories_.end()) {
-    throw UserError("replace_module '" + name + "' is not a registered replacement; registered: " + join(names()));
+    throw UserError("replace_module '" + name + "' is not a registered replacement; registered: " + join_names(names()));
   }
   return it->second;
 }
@@ -72,7 +63,7 @@ std::vector<std::string> apply_plan_overrides(torch::nn::Module& model, const Mo
     }
     if (!types.count(o.module_type)) {
       throw UserError(where + ": this model has no module of type '" + o.module_type + "'; its types: " +
-                      join(std::vector<std::string>(types.begin(), types.end())));
+                      join_names(std::vector<std::string>(types.begin(), types.end())));
     }
     if (targets.empty()) {
       throw UserError(where + ": no module of type " + o.module_type + " has a name matching '" + o.match +

@@ -74,6 +74,14 @@ Setter int_at_least(int64_t TrainConfig::*field, int64_t min) {
     c.*field = as_int(k, v, min, "an integer >= " + std::to_string(min));
   };
 }
+// -1 (automatic) or a positive integer; `field` picks the member, also inside a section.
+Setter minus_one_or_positive(std::function<int64_t&(TrainConfig&)> field) {
+  return [=](TrainConfig& c, const std::string& k, const Value& v) {
+    const int64_t n = as_int(k, v, -1, "-1 or an integer >= 1");
+    if (n == 0) bad_value(k, v, "-1 or an integer >= 1");
+    field(c) = n;
+  };
+}
 Setter boolean(bool TrainConfig::*field) {
   return [=](TrainConfig& c, const std::string& k, const Value& v) { c.*field = as_bool(k, v); };
 }
@@ -173,10 +181,7 @@ const std::vector<KeyDef>& key_table() {
         {{"adam_epsilon", "float > 0", "1.0e-8", "AdamW epsilon"}, positive_float(&C::adam_epsilon)},
         {{"max_grad_norm", "float >= 0", "1.0", "clip the global gradient norm (over all shards) to this; 0: no clipping"}, [](C& c, const std::string& k, const Value& v) { c.max_grad_norm = as_float(k, v, 0, INFINITY, false, false, "a number >= 0"); }},
         {{"num_train_epochs", "float > 0", "3.0", "passes over the data (when max_steps is -1)"}, positive_float(&C::num_train_epochs)},
-        {{"max_steps", "int, -1 or >= 1", "-1", "optimizer steps; -1: from num_train_epochs"}, [](C& c, const std::string& k, const Value& v) {
-           c.max_steps = as_int(k, v, -1, "-1 or an integer >= 1");
-           if (c.max_steps == 0) bad_value(k, v, "-1 or an integer >= 1");
-         }},
+        {{"max_steps", "int, -1 or >= 1", "-1", "optimizer steps; -1: from num_train_epochs"}, minus_one_or_positive([](C& c) -> int64_t& { return c.max_steps; })},
         {{"lr_scheduler_type", "linear | cosine | constant | constant_with_warmup", "linear", "learning-rate schedule after warmup"}, choice(&C::lr_scheduler_type, {"linear", "cosine", "constant", "constant_with_warmup"})},
         {{"warmup_ratio", "float in [0, 1)", "0.0", "warmup steps as a fraction of all steps (when warmup_steps is 0)"}, fraction(&C::warmup_ratio, false)},
         {{"warmup_steps", "int >= 0", "0", "linear warmup steps; overrides warmup_ratio when > 0"}, int_at_least(&C::warmup_steps, 0)},
@@ -187,14 +192,8 @@ const std::vector<KeyDef>& key_table() {
         {{"nproc_per_node", "int >= 1", "1", "local ranks that `hyperparallel train` starts (ignored under a launcher)"}, int_at_least(&C::nproc_per_node, 1)},
         {{"comm_timeout_s", "float > 0", "300", "a collective that waits longer fails the run"}, positive_float(&C::comm_timeout_s)},
         // fsdp_config
-        {{"fsdp_config.dp_shard_size", "int, -1 or >= 1", "-1", "ranks one parameter is sharded over; world / dp_shard_size replicas (HSDP); -1: all"}, [](C& c, const std::string& k, const Value& v) {
-           c.fsdp_config.dp_shard_size = as_int(k, v, -1, "-1 or an integer >= 1");
-           if (c.fsdp_config.dp_shard_size == 0) bad_value(k, v, "-1 or an integer >= 1");
-         }},
-        {{"fsdp_config.edp_shard_size", "int, -1 or >= 1", "-1", "expert-data-parallel shard size (with ep_size > 1, not supported yet)"}, [](C& c, const std::string& k, const Value& v) {
-           c.fsdp_config.edp_shard_size = as_int(k, v, -1, "-1 or an integer >= 1");
-           if (c.fsdp_config.edp_shard_size == 0) bad_value(k, v, "-1 or an integer >= 1");
-         }},
+        {{"fsdp_config.dp_shard_size", "int, -1 or >= 1", "-1", "ranks one parameter is sharded over; world / dp_shard_size replicas (HSDP); -1: all"}, minus_one_or_positive([](C& c) -> int64_t& { return c.fsdp_config.dp_shard_size; })},
+        {{"fsdp_config.edp_shard_size", "int, -1 or >= 1", "-1", "expert-data-parallel shard size (with ep_size > 1, not supported yet)"}, minus_one_or_positive([](C& c) -> int64_t& { return c.fsdp_config.edp_shard_size; })},
         {{"fsdp_config.reshard_after_forward", "bool or int >= 2", "true", "free full parameters after forward; k: keep them sharded over k ranks"}, [](C& c, const std::string& k, const Value& v) {
            bool b = false;
            int64_t n = 0;

@@ -37,11 +37,7 @@ TrainData prepare_train_data(const TrainConfig& config) {
   sample.render.enable_thinking = config.enable_thinking;
   out.rows = data::build_sft_rows(*out.tokenizer, chat_template, conversations, sample, &out.sample_report);
   if (config.packing) out.rows = data::pack_rows(out.rows, config.cutoff_len);
-  for (const auto& row : out.rows) {
-    int64_t n = 0;
-    for (size_t t = 1; t < row.labels.size(); ++t) n += row.labels[t] != data::kIgnoreLabel;
-    out.label_tokens.push_back(n);
-  }
+  for (const auto& row : out.rows) out.label_tokens.push_back(data::label_tokens(row));
   return out;
 }
 

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <sstream>
 
 #include "hyperparallel/platform/user_error.h"
+#include "io/atomic_write.h"
 
 namespace hyperparallel::train {
 
@@ -20,16 +20,7 @@ void TrainerLog::write(const nlohmann::json& line) {
   out_.flush();
 }
 
-void write_json_file(const std::string& path, const nlohmann::json& value) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) throw UserError("cannot write " + tmp);
-    out << value.dump(2) << '\n';
-    if (!out) throw UserError("cannot write " + tmp + " (disk full?)");
-  }
-  std::filesystem::rename(tmp, path);
-}
+void write_json_file(const std::string& path, const nlohmann::json& value) { io::write_file_atomically(path, value.dump(2) + "\n"); }
 
 void write_loss_svg(const std::string& path, const std::vector<std::pair<int64_t, double>>& points) {
   constexpr double kW = 640, kH = 400, kLeft = 70, kRight = 20, kTop = 30, kBottom = 50;
@@ -68,9 +59,7 @@ void write_loss_svg(const std::string& path, const std::vector<std::pair<int64_t
         << "\" stroke=\"black\"/>\n";
   }
   svg << "</svg>\n";
-  std::ofstream out(path, std::ios::trunc);
-  out << svg.str();
-  if (!out) throw UserError("cannot write " + path);
+  io::write_file_atomically(path, svg.str());
 }
 
 }  // namespace hyperparallel::train

@@ -71,7 +71,8 @@ fsdp::FullyShardOptions shard_options(const TrainConfig& c, const mesh::DeviceMe
   o.backward_prefetch_depth = static_cast<int>(c.fsdp_config.backward_prefetch_depth);
   const auto dtype = [](const std::string& name) { return name == "bfloat16" ? at::kBFloat16 : at::kFloat; };
   const MixPrecisionConfig& mp = c.fsdp_config.mix_precision;
-  if (c.bf16 || mp.param_dtype != "float32") o.mp_policy.param_dtype = c.bf16 && mp.param_dtype == "float32" ? at::kBFloat16 : dtype(mp.param_dtype);
+  const std::string param_dtype = c.bf16 && mp.param_dtype == "float32" ? "bfloat16" : mp.param_dtype;
+  if (param_dtype != "float32") o.mp_policy.param_dtype = dtype(param_dtype);
   if (mp.reduce_dtype != "float32") o.mp_policy.reduce_dtype = dtype(mp.reduce_dtype);
   if (mp.output_dtype != "float32") o.mp_policy.output_dtype = dtype(mp.output_dtype);
   o.offload_policy.cpu_offload = c.fsdp_config.enable_offload;
@@ -150,6 +151,16 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
   root.set_reshard_after_backward(c.fsdp_config.reshard_after_backward);
   if (from_folder) models::load_pretrained_weights(*model, c.model_name_or_path);
   auto optimizer = make_optimizer(c, *model);
+  // Each parameter's weight in the global squared gradient norm, summed over the world and then
+  // divided by the replicas: a shard exists once per replica group (weight 1), a replicated
+  // parameter's whole gradient once per rank (weight replicas / world).
+  const std::vector<at::Tensor> params = model->parameters();
+  std::vector<double> norm_weights;
+  for (const auto& p : params) {
+    const bool replicated = std::any_of(shard.replicate_params.begin(), shard.replicate_params.end(),
+                                        [&](const at::Tensor& r) { return r.is_same(p); });
+    norm_weights.push_back(replicated ? static_cast<double>(replicas) / static_cast<double>(world->size()) : 1.0);
+  }
 
   const int64_t accum = c.gradient_accumulation_steps, per_device = c.per_device_train_batch_size;
   const data::GlobalBatchSampler sampler(static_cast<int64_t>(data.rows.size()), per_device * accum * dp,
@@ -225,15 +236,9 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
       loss.backward();
       local_loss_sum += out.lm_loss_sum.item<double>();
     }
-    // Global gradient norm over all shards: every shard exists once per replica group, a
-    // replicated parameter's whole gradient once per rank.
     double local_sq = 0;
-    for (const auto& p : model->parameters()) {
-      if (!p.grad().defined()) continue;
-      const bool replicated = std::any_of(shard.replicate_params.begin(), shard.replicate_params.end(),
-                                          [&](const at::Tensor& r) { return r.is_same(p); });
-      local_sq += p.grad().pow(2).sum().item<double>() *
-                  (replicated ? static_cast<double>(replicas) / static_cast<double>(world->size()) : 1.0);
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i].grad().defined()) local_sq += params[i].grad().pow(2).sum().item<double>() * norm_weights[i];
     }
     at::Tensor sums = at::tensor({local_sq, local_loss_sum}, at::kDouble);
     world->all_reduce(sums).wait();
@@ -242,7 +247,7 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
     if (c.max_grad_norm > 0) {
       const double coef = c.max_grad_norm / (grad_norm + 1e-6);
       if (coef < 1) {
-        for (const auto& p : model->parameters()) {
+        for (const auto& p : params) {
           if (p.grad().defined()) p.grad().mul_(coef);
         }
       }

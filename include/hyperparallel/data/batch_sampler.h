@@ -34,7 +34,8 @@ class GlobalBatchSampler {
   int64_t global_batch() const { return global_batch_; }
   int64_t steps_per_epoch() const { return num_rows_ / global_batch_; }
 
-  std::vector<int64_t> epoch_order(int64_t epoch) const;
+  // Valid until the next call with another epoch (the last epoch's order is kept).
+  const std::vector<int64_t>& epoch_order(int64_t epoch) const;
   std::vector<int64_t> global_batch_rows(const SamplerPosition& position) const;  // G row indices
   SamplerPosition next(const SamplerPosition& position) const;
 

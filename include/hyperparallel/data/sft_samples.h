@@ -55,6 +55,9 @@ std::vector<TrainingRow> build_sft_rows(const Tokenizer& tokenizer, const ChatTe
                                         const std::vector<Conversation>& conversations, const SampleOptions& options,
                                         SampleReport* report = nullptr);
 
+// Labels a next-token loss uses: all but the row's first (nothing predicts it).
+int64_t label_tokens(const TrainingRow& row);
+
 // Rows concatenated in order into rows of at most cutoff_len tokens.
 std::vector<TrainingRow> pack_rows(const std::vector<TrainingRow>& rows, int64_t cutoff_len);
 
