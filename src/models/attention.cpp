@@ -37,16 +37,28 @@ at::Tensor Attention::forward(const at::Tensor& hidden, const AttentionInputs& i
   }
   q = apply_rope(q.transpose(1, 2), in.cos, in.sin);
   k = apply_rope(k.transpose(1, 2), in.cos, in.sin);
+  if (in.cache) std::tie(k, v) = in.cache->append(in.layer, k, v);
+  const int64_t keys = k.size(2);
   if (num_kv_heads != num_heads) {  // transformers' repeat_kv
     const int64_t groups = num_heads / num_kv_heads;
-    k = k.unsqueeze(2).expand({batch, num_kv_heads, groups, seq, head_dim}).reshape({batch, num_heads, seq, head_dim});
-    v = v.unsqueeze(2).expand({batch, num_kv_heads, groups, seq, head_dim}).reshape({batch, num_heads, seq, head_dim});
+    k = k.unsqueeze(2).expand({batch, num_kv_heads, groups, keys, head_dim}).reshape({batch, num_heads, keys, head_dim});
+    v = v.unsqueeze(2).expand({batch, num_kv_heads, groups, keys, head_dim}).reshape({batch, num_heads, keys, head_dim});
   }
   at::Tensor scores = at::matmul(q, k.transpose(2, 3)) * scaling;
   if (in.mask.defined()) scores = scores + in.mask;
   const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   const at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({batch, seq, num_heads * head_dim});
   return o_proj->forward(out);
+}
+
+std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+  if (static_cast<int64_t>(keys.size()) <= layer) {
+    keys.resize(layer + 1);
+    values.resize(layer + 1);
+  }
+  keys[layer] = keys[layer].defined() ? at::cat({keys[layer], k}, 2) : k.contiguous();
+  values[layer] = values[layer].defined() ? at::cat({values[layer], v}, 2) : v.contiguous();
+  return {keys[layer], values[layer]};
 }
 
 std::shared_ptr<NormModule> replace_norm_child(torch::nn::Module& module, const std::string& name,

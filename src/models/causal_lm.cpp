@@ -31,10 +31,16 @@ void check_input(const CausalLMInput& in, const ModelConfig& c) {
     throw UserError("CausalLM::forward: input_ids must be an int64 tensor [batch, seq]");
   }
   const auto shape = in.input_ids.sizes();
-  for (const auto* t : {&in.attention_mask, &in.position_ids, &in.labels}) {
+  for (const auto* t : {&in.position_ids, &in.labels}) {
     if (t->defined() && t->sizes() != shape) {
-      throw UserError("CausalLM::forward: attention_mask, position_ids and labels must have the shape of input_ids");
+      throw UserError("CausalLM::forward: position_ids and labels must have the shape of input_ids");
     }
+  }
+  const int64_t past = in.cache ? in.cache->length() : 0;
+  if (in.attention_mask.defined() && (in.attention_mask.dim() != 2 || in.attention_mask.size(0) != shape[0] ||
+                                      in.attention_mask.size(1) != past + shape[1])) {
+    throw UserError("CausalLM::forward: attention_mask must be [batch, cached + new tokens] = [" + std::to_string(shape[0]) + ", " +
+                    std::to_string(past + shape[1]) + "]");
   }
   if (in.input_ids.numel() > 0) {
     const int64_t lo = in.input_ids.min().item<int64_t>(), hi = in.input_ids.max().item<int64_t>();
@@ -53,7 +59,7 @@ CausalLMOutput CausalLM::forward(const CausalLMInput& in) {
   const bool want_router_logits = config_.num_experts > 0 && in.output_router_logits.value_or(config_.output_router_logits);
   std::vector<at::Tensor>* router_logits = want_router_logits ? &out.router_logits : nullptr;
   out.logits = fsdp::hooked_forward(*this, [&] {
-    const at::Tensor hidden = model_->forward(in.input_ids, in.attention_mask, in.position_ids, in.document_mask, router_logits);
+    const at::Tensor hidden = model_->forward(in.input_ids, in.attention_mask, in.position_ids, in.document_mask, router_logits, in.cache);
     const at::Tensor& head = lm_head_ ? lm_head_->weight : model_->embed_tokens->weight;
     return at::linear(hidden, head).to(at::kFloat);
   });

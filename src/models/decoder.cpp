@@ -73,10 +73,11 @@ void DecoderModel::replace_child(const std::string& name, std::shared_ptr<torch:
 }
 
 at::Tensor build_attention_mask(int64_t batch, int64_t seq, const at::Tensor& attention_mask, const at::Tensor& position_ids,
-                                bool document_mask, at::ScalarType dtype) {
-  at::Tensor allowed = at::ones({seq, seq}, at::kBool).tril().view({1, 1, seq, seq}).expand({batch, 1, seq, seq});
-  if (attention_mask.defined()) allowed = allowed.logical_and(attention_mask.to(at::kBool).view({batch, 1, 1, seq}));
-  if (document_mask && position_ids.defined()) {
+                                bool document_mask, at::ScalarType dtype, int64_t past) {
+  const int64_t keys = past + seq;
+  at::Tensor allowed = at::ones({seq, keys}, at::kBool).tril(past).view({1, 1, seq, keys}).expand({batch, 1, seq, keys});
+  if (attention_mask.defined()) allowed = allowed.logical_and(attention_mask.to(at::kBool).view({batch, 1, 1, keys}));
+  if (document_mask && position_ids.defined() && past == 0) {
     const at::Tensor doc = position_ids.eq(0).cumsum(1);  // [B, T]
     allowed = allowed.logical_and(doc.view({batch, 1, seq, 1}).eq(doc.view({batch, 1, 1, seq})));
   }
@@ -84,19 +85,24 @@ at::Tensor build_attention_mask(int64_t batch, int64_t seq, const at::Tensor& at
                         : dtype == at::kBFloat16 ? -3.38953138925153547590470800371487866880e+38
                         : dtype == at::kHalf     ? -65504.0
                                                  : static_cast<double>(std::numeric_limits<float>::lowest());
-  return at::zeros({batch, 1, seq, seq}, at::TensorOptions().dtype(dtype)).masked_fill(allowed.logical_not(), lowest);
+  return at::zeros({batch, 1, seq, keys}, at::TensorOptions().dtype(dtype)).masked_fill(allowed.logical_not(), lowest);
 }
 
 at::Tensor DecoderModel::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids_in,
-                                 bool document_mask, std::vector<at::Tensor>* router_logits) {
+                                 bool document_mask, std::vector<at::Tensor>* router_logits, KVCache* cache) {
   const int64_t batch = input_ids.size(0), seq = input_ids.size(1);
+  const int64_t past = cache ? cache->length() : 0;
   const at::Tensor position_ids =
-      position_ids_in.defined() ? position_ids_in : at::arange(seq, at::kLong).view({1, seq}).expand({batch, seq});
+      position_ids_in.defined() ? position_ids_in : at::arange(past, past + seq, at::kLong).view({1, seq}).expand({batch, seq});
   at::Tensor hidden = embed_tokens->forward(input_ids);
   AttentionInputs inputs;
   std::tie(inputs.cos, inputs.sin) = rope_cos_sin(inv_freq_, position_ids, hidden.scalar_type());
-  inputs.mask = build_attention_mask(batch, seq, attention_mask, position_ids_in, document_mask, hidden.scalar_type());
-  for (auto& layer : decoder_layers) hidden = layer->forward(hidden, inputs, router_logits);
+  inputs.mask = build_attention_mask(batch, seq, attention_mask, position_ids_in, document_mask, hidden.scalar_type(), past);
+  inputs.cache = cache;
+  for (size_t i = 0; i < decoder_layers.size(); ++i) {
+    inputs.layer = static_cast<int64_t>(i);
+    hidden = decoder_layers[i]->forward(hidden, inputs, router_logits);
+  }
   return norm->forward(hidden);
 }
 

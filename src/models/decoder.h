@@ -33,9 +33,11 @@ class DecoderLayer : public torch::nn::Module, public ModuleSlots {
 class DecoderModel : public torch::nn::Module, public ModuleSlots {
  public:
   DecoderModel(const ModelConfig& config, ParamFactory& factory);
-  // Final hidden states [B, T, hidden] (after the final norm).
+  // Final hidden states [B, T, hidden] (after the final norm). With a cache the tokens follow
+  // the cached ones: attention_mask then covers [B, T_past + T] and positions default to
+  // T_past.. (document masking applies to a first call only).
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
-                     bool document_mask, std::vector<at::Tensor>* router_logits);
+                     bool document_mask, std::vector<at::Tensor>* router_logits, KVCache* cache = nullptr);
   void replace_child(const std::string& name, std::shared_ptr<torch::nn::Module> replacement) override;
 
   std::shared_ptr<Embedding> embed_tokens;
@@ -47,10 +49,11 @@ class DecoderModel : public torch::nn::Module, public ModuleSlots {
   at::Tensor inv_freq_;  // not a parameter or buffer: recomputed from the config, as in HF
 };
 
-// The additive mask [B, 1, T, T] in `dtype`: 0 where query i may see key j (j <= i, key not
-// padding, same document), the dtype's lowest value elsewhere (as transformers does: a row
-// with nothing visible then softmaxes to uniform instead of NaN).
+// The additive mask [B, 1, T, past + T] in `dtype`: 0 where query i may see key j
+// (j <= past + i, key not padding, same document), the dtype's lowest value elsewhere (as
+// transformers does: a row with nothing visible then softmaxes to uniform instead of NaN).
+// `attention_mask` covers all past + T keys.
 at::Tensor build_attention_mask(int64_t batch, int64_t seq, const at::Tensor& attention_mask, const at::Tensor& position_ids,
-                                bool document_mask, at::ScalarType dtype);
+                                bool document_mask, at::ScalarType dtype, int64_t past = 0);
 
 }  // namespace hyperparallel::models

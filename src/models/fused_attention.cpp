@@ -52,13 +52,16 @@ at::Tensor FusedQKVAttention::forward(const at::Tensor& hidden, const AttentionI
             .reshape({batch, num_kv_heads_, seq * groups, head_dim_});
     k = apply_rope(k.transpose(1, 2), in.cos, in.sin);
   }
+  at::Tensor values = v;
+  if (in.cache) std::tie(k, values) = in.cache->append(in.layer, k, v);
+  const int64_t past = k.size(2) - seq;  // cached keys before this call's tokens
   // Causal attention in query blocks: block [q0, q1) only needs keys [0, q1), the rest of
   // its row is masked to exactly zero weight, so skipping it changes nothing but work.
   const int64_t block = seq >= 2 * kQueryBlock ? kQueryBlock : seq;
   std::vector<at::Tensor> outs;
   for (int64_t q0 = 0; q0 < seq; q0 += block) {
-    const int64_t len = std::min(block, seq - q0), keys = q0 + len;
-    const at::Tensor kc = k.narrow(2, 0, keys), vc = v.narrow(2, 0, keys);
+    const int64_t len = std::min(block, seq - q0), keys = past + q0 + len;
+    const at::Tensor kc = k.narrow(2, 0, keys), vc = values.narrow(2, 0, keys);
     at::Tensor scores = at::matmul(q.narrow(2, q0 * groups, len * groups), kc.transpose(2, 3));  // [B, KV, len*G, keys]
     scores.mul_(scaling_);
     if (in.mask.defined()) {

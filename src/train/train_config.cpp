@@ -306,7 +306,6 @@ void check_combinations(const TrainConfig& c) {
     require(size == 1, "accelerator." + name + ": " + std::to_string(size) + " is not supported yet; FSDP/HSDP (fsdp_config.dp_shard_size) is; set it to 1");
   }
   require(c.resume_from_checkpoint.empty(), "resume_from_checkpoint: checkpoints are not written yet, so there is nothing to resume; remove the key");
-  require(c.heldout_eval_samples == 0, "heldout_eval_samples: the held-out evaluation is not supported yet; remove the key or set 0");
   require(c.fsdp_config.edp_shard_size == -1, "fsdp_config.edp_shard_size applies with expert parallelism, which is not supported yet; remove it");
 }
 

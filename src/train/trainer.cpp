@@ -17,6 +17,7 @@
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/train/lr_schedule.h"
+#include "heldout_eval.h"
 #include "train_data.h"
 #include "train_output.h"
 
@@ -113,6 +114,22 @@ at::Tensor as_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t length
   return at::tensor(v, at::kLong).view({rows, length});
 }
 
+// Held-out accuracy, then every unit back to its sharded state (a forward without backward
+// leaves the root, and with reshard_after_forward off every unit, unsharded).
+HeldoutScore evaluate_and_reshard(models::CausalLM& model, const TrainData& data, const TrainConfig& c, comm::Communicator& world,
+                                  std::vector<fsdp::FSDPModule>& units) {
+  HeldoutScore score = evaluate_heldout(model, *data.tokenizer, c, world);
+  for (auto& unit : units) unit.reshard();
+  return score;
+}
+
+std::string accuracy_line(const char* when, const HeldoutScore& s) {
+  char line[160];
+  std::snprintf(line, sizeof(line), "held-out accuracy %s training: %lld/%lld (%.1f%%)\n", when, static_cast<long long>(s.correct),
+                static_cast<long long>(s.total), 100.0 * s.accuracy());
+  return line;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -123,6 +140,7 @@ double median(std::vector<double> v) {
 
 TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicator> world, std::ostream& log) {
   const bool leader = world->rank() == 0;
+  check_heldout_config(c);
   prepare_output_dir(c, *world);
   TrainData data = prepare_train_data(c);
 
@@ -145,8 +163,10 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
     }
   }
   const fsdp::FullyShardOptions shard = shard_options(c, mesh, *model);
-  for (auto* layer : model->decoder_layers()) fsdp::fully_shard(*layer, shard);
+  std::vector<fsdp::FSDPModule> units;
+  for (auto* layer : model->decoder_layers()) units.push_back(fsdp::fully_shard(*layer, shard));
   fsdp::FSDPModule root = fsdp::fully_shard(*model, shard);
+  units.push_back(root);
   root.set_reduce_op_type("sum");  // each micro-batch loss is already divided by the global token count
   root.set_reshard_after_backward(c.fsdp_config.reshard_after_backward);
   if (from_folder) models::load_pretrained_weights(*model, c.model_name_or_path);
@@ -203,6 +223,11 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
   const double wait_start = wait_now();
 
   TrainResult result;
+  if (c.heldout_eval_samples > 0) {
+    const HeldoutScore before = evaluate_and_reshard(*model, data, c, *world, units);
+    result.heldout_accuracy_before = before.accuracy();
+    if (leader) log << accuracy_line("before", before) << std::flush;
+  }
   std::vector<double> step_times;
   std::vector<std::pair<int64_t, double>> logged;
   double interval_loss = 0, interval_tokens_per_s = 0;
@@ -287,6 +312,18 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
   }
   result.steps = total_steps;
   const double train_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  if (c.heldout_eval_samples > 0) {
+    const HeldoutScore after = evaluate_and_reshard(*model, data, c, *world, units);
+    result.heldout_accuracy_after = after.accuracy();
+    if (leader) {
+      log << accuracy_line("after", after);
+      for (size_t i = 0; i < std::min<size_t>(3, after.answers.size()); ++i) {
+        const HeldoutExample& e = after.answers[i];
+        log << "  " << e.prompt << " -> " << e.answer << (e.answer == e.expected ? "  (right)" : "  (expected " + e.expected + ")")
+            << "\n";
+      }
+    }
+  }
 
   // Summary: per-rank peak RSS gathered to everyone; communication per step on this rank.
   struct rusage usage {};
@@ -319,6 +356,8 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
         {"peak_rss_bytes", std::vector<int64_t>(rss.data_ptr<int64_t>(), rss.data_ptr<int64_t>() + rss.numel())},
         {"comm_per_step_rank0", comm_per_step},
         {"exposed_comm_fraction", (wait_now() - wait_start) / train_seconds}};
+    if (result.heldout_accuracy_before) summary["heldout_accuracy_before"] = *result.heldout_accuracy_before;
+    if (result.heldout_accuracy_after) summary["heldout_accuracy_after"] = *result.heldout_accuracy_after;
     write_json_file(c.output_dir + "/train_summary.json", summary);
     if (c.plot_loss) write_loss_svg(c.output_dir + "/training_loss.svg", logged);
   }

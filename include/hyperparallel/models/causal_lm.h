@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "hyperparallel/models/model_config.h"
+#include "hyperparallel/models/module_interfaces.h"
 
 namespace hyperparallel::models {
 
@@ -35,6 +36,9 @@ struct CausalLMInput {
   at::Tensor labels;          // [B, T] int64, -100 = ignored; undefined = no loss
   bool document_mask = true;  // position_ids restarting at 0 separate documents
   std::optional<bool> output_router_logits;  // MoE: default from the config
+  // Incremental decoding: the tokens follow those cached (attention_mask, when given, then
+  // covers [B, T_past + T]); their keys and values are appended. See models/generation.h.
+  KVCache* cache = nullptr;
 };
 
 struct CausalLMOutput {

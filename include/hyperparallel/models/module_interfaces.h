@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hyperparallel::models {
@@ -26,10 +27,21 @@ class NormModule : public torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& x) = 0;
 };
 
+// Keys and values of the tokens seen so far, per layer, for incremental decoding: an
+// attention appends its new keys (after rotary) and values and attends over all of them.
+struct KVCache {
+  std::vector<at::Tensor> keys, values;  // per layer [B, kv_heads, T_past, head_dim]
+  int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
+  // Stores this layer's new keys/values after the cached ones and returns all of them.
+  std::pair<at::Tensor, at::Tensor> append(int64_t layer, const at::Tensor& k, const at::Tensor& v);
+};
+
 // What every attention layer of one forward shares.
 struct AttentionInputs {
   at::Tensor cos, sin;  // rotary tables [B, T, head_dim] in the compute dtype
-  at::Tensor mask;      // additive [B, 1, T, T]: 0 where a query may attend, dtype min elsewhere
+  at::Tensor mask;      // additive [B, 1, T, T_past + T]: 0 where a query may attend, dtype min elsewhere
+  KVCache* cache = nullptr;  // incremental decoding: append to and attend over this
+  int64_t layer = 0;         // this layer's index into the cache
 };
 
 class AttentionModule : public torch::nn::Module {

@@ -14,6 +14,9 @@
 // Accumulation micro-batches run with gradient sync off except the last. The gradient norm is
 // taken over all shards (sum of squares all-reduced) and clipped to max_grad_norm.
 //
+// With heldout_eval_samples > 0, held-out accuracy is measured before and after training
+// (train/heldout_eval.h) and printed.
+//
 // Rank 0 writes output_dir/trainer_log.jsonl (every logging_steps: the mean loss since the last
 // line, grad_norm, lr, epoch, tokens_per_s, elapsed_s), train_summary.json, and prints one line
 // per logged step; other ranks print only errors.
@@ -33,6 +36,7 @@ struct TrainResult {
   std::vector<double> step_losses;  // every optimizer step, identical on every rank
   std::vector<double> grad_norms;
   int64_t steps = 0;
+  std::optional<double> heldout_accuracy_before, heldout_accuracy_after;  // with heldout_eval_samples > 0
 };
 
 TrainResult run_training(const TrainConfig& config, std::shared_ptr<comm::Communicator> world, std::ostream& log);
