@@ -436,4 +436,19 @@ bool Tokenizer::is_special(int64_t id) const {
   return it != impl_->added_by_id.end() && it->second.second;
 }
 
+std::vector<std::string> copy_tokenizer_files(const std::string& from, const std::string& to) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::is_regular_file(from) ? fs::path(from).parent_path() : fs::path(from);
+  std::vector<std::string> copied;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+                           "tokenizer.model"}) {
+    if (!fs::is_regular_file(dir / name)) continue;
+    std::error_code ec;
+    fs::copy_file(dir / name, fs::path(to) / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) throw UserError("cannot copy " + (dir / name).string() + " to " + to + ": " + ec.message());
+    copied.push_back(name);
+  }
+  return copied;
+}
+
 }  // namespace hyperparallel::data

@@ -305,7 +305,6 @@ void check_combinations(const TrainConfig& c) {
            {"tp_size", a.tp_size}, {"cp_size", a.cp_size}, {"ep_size", a.ep_size}, {"pp_size", a.pp_size}}) {
     require(size == 1, "accelerator." + name + ": " + std::to_string(size) + " is not supported yet; FSDP/HSDP (fsdp_config.dp_shard_size) is; set it to 1");
   }
-  require(c.resume_from_checkpoint.empty(), "resume_from_checkpoint: checkpoints are not written yet, so there is nothing to resume; remove the key");
   require(c.fsdp_config.edp_shard_size == -1, "fsdp_config.edp_shard_size applies with expert parallelism, which is not supported yet; remove it");
 }
 

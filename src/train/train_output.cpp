@@ -10,9 +10,22 @@
 
 namespace hyperparallel::train {
 
-TrainerLog::TrainerLog(const std::string& output_dir, bool append)
-    : out_(output_dir + "/trainer_log.jsonl", append ? std::ios::app : std::ios::trunc) {
-  if (!out_) throw UserError("cannot write " + output_dir + "/trainer_log.jsonl; is output_dir writable?");
+TrainerLog::TrainerLog(const std::string& output_dir, int64_t resume_step) {
+  const std::string path = output_dir + "/trainer_log.jsonl";
+  std::string kept_text;
+  if (resume_step > 0) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.contains("step") || !j.contains("loss")) continue;  // a line cut by a kill
+      if (j["step"].get<int64_t>() > resume_step) break;
+      kept_.emplace_back(j["step"].get<int64_t>(), j["loss"].get<double>());
+      kept_text += line + "\n";
+    }
+  }
+  io::write_file_atomically(path, kept_text);
+  out_.open(path, std::ios::app);
+  if (!out_) throw UserError("cannot write " + path + "; is output_dir writable?");
 }
 
 void TrainerLog::write(const nlohmann::json& line) {

@@ -13,12 +13,17 @@ namespace hyperparallel::train {
 
 class TrainerLog {
  public:
-  // Truncates output_dir/trainer_log.jsonl unless `append` (resuming).
-  TrainerLog(const std::string& output_dir, bool append);
+  // A fresh run (resume_step 0) starts an empty output_dir/trainer_log.jsonl; a resumed one
+  // keeps the lines up to resume_step (a run killed after its last checkpoint logged steps
+  // that will now run again) and appends.
+  TrainerLog(const std::string& output_dir, int64_t resume_step);
   void write(const nlohmann::json& line);
+  // (step, loss) of the kept lines, for the loss plot.
+  const std::vector<std::pair<int64_t, double>>& kept() const { return kept_; }
 
  private:
   std::ofstream out_;
+  std::vector<std::pair<int64_t, double>> kept_;
 };
 
 // Writes `value` to `path` through a temporary file and a rename.

@@ -15,7 +15,9 @@
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/mesh/device_mesh.h"
 #include "hyperparallel/models/auto_model.h"
+#include "hyperparallel/models/model_config.h"
 #include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/train/checkpoint.h"
 #include "hyperparallel/train/lr_schedule.h"
 #include "heldout_eval.h"
 #include "train_data.h"
@@ -130,6 +132,30 @@ std::string accuracy_line(const char* when, const HeldoutScore& s) {
   return line;
 }
 
+// The checkpoint's facts, checked against this run: the sampler position only means the same
+// data order with the same rows, global batch and seed.
+CheckpointInfo resume_checkpoint(const std::string& dir, const TrainConfig& c, const data::GlobalBatchSampler& sampler,
+                                 int64_t data_rows, int64_t total_steps) {
+  const CheckpointInfo info = read_checkpoint_info(dir);
+  const std::string head = "resume_from_checkpoint: " + dir + " was trained with ";
+  if (info.global_batch_rows != sampler.global_batch()) {
+    throw UserError(head + "a global batch of " + std::to_string(info.global_batch_rows) + " rows, this run has " +
+                    std::to_string(sampler.global_batch()) +
+                    " (per_device_train_batch_size x gradient_accumulation_steps x data-parallel ranks); keep it at " +
+                    std::to_string(info.global_batch_rows));
+  }
+  if (info.data_rows != data_rows) {
+    throw UserError(head + std::to_string(info.data_rows) + " data rows, this run has " + std::to_string(data_rows) +
+                    "; use the same dataset, max_samples, cutoff_len and packing");
+  }
+  if (info.seed != c.seed) throw UserError(head + "seed " + std::to_string(info.seed) + "; set seed: " + std::to_string(info.seed));
+  if (info.step >= total_steps) {
+    throw UserError(head + std::to_string(info.step) + " steps already, and this run ends at step " + std::to_string(total_steps) +
+                    "; raise max_steps (or num_train_epochs) to train further");
+  }
+  return info;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -189,13 +215,38 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
                                               : static_cast<int64_t>(std::ceil(c.num_train_epochs * static_cast<double>(sampler.steps_per_epoch())));
   LrSchedule schedule{c.lr_scheduler_type, c.learning_rate, resolve_warmup_steps(c.warmup_steps, c.warmup_ratio, total_steps), total_steps};
 
+  data::SamplerPosition position;
+  int64_t start_step = 0;
+  std::string resumed_from;
+  if (!c.resume_from_checkpoint.empty()) {
+    resumed_from = resolve_checkpoint(c.resume_from_checkpoint, c.output_dir);
+    const CheckpointInfo info = resume_checkpoint(resumed_from, c, sampler, static_cast<int64_t>(data.rows.size()), total_steps);
+    load_checkpoint(resumed_from, *model, optimizer.get(), world->rank());
+    start_step = info.step;
+    position = sampler.position_from_json(info.sampler_position.dump());
+  }
+  const auto save = [&](int64_t steps_done) {
+    CheckpointInfo info;
+    info.step = steps_done;
+    info.sampler_position = nlohmann::json::parse(sampler.position_json(position));
+    info.global_batch_rows = sampler.global_batch();
+    info.data_rows = static_cast<int64_t>(data.rows.size());
+    info.seed = c.seed;
+    info.world_size = world->size();
+    info.mesh_shape = mesh.shape();
+    info.model = c.model_name_or_path;
+    const std::string dir = save_checkpoint(c.output_dir, info, {models::model_config_json(model->config()), tokenizer_dir(c)},
+                                            *model, *optimizer, *world, c.save_total_limit.value_or(0));
+    if (leader) log << "saved " << dir << "\n" << std::flush;
+  };
+
   std::unique_ptr<TrainerLog> trainer_log;
   if (leader) {
-    trainer_log = std::make_unique<TrainerLog>(c.output_dir, false);
+    trainer_log = std::make_unique<TrainerLog>(c.output_dir, start_step);
     log << "hyperparallel train: " << world->size() << " ranks, " << mesh.to_string() << ", " << model->config().parameter_count()
         << " parameters, " << data.conversations << " conversations -> " << data.rows.size() << " rows"
         << (c.packing ? " (packed)" : "") << ", " << sampler.steps_per_epoch() << " steps per epoch, " << total_steps << " steps\n";
-    if ((c.save_steps > 0 && c.save_steps <= total_steps) || c.save_total_limit) log << "note: checkpoints are not written yet; save_steps and save_total_limit have no effect\n";
+    if (!resumed_from.empty()) log << "resumed from " << resumed_from << " at step " << start_step << "\n";
     for (const auto& s : data.load_report.skipped) log << "skipped: " << s << "\n";
     for (const auto& s : data.sample_report.dropped) log << "dropped: " << s << "\n";
     if (data.sample_report.truncated) log << data.sample_report.truncated << " samples cut at cutoff_len " << c.cutoff_len << "\n";
@@ -229,12 +280,11 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
     if (leader) log << accuracy_line("before", before) << std::flush;
   }
   std::vector<double> step_times;
-  std::vector<std::pair<int64_t, double>> logged;
+  std::vector<std::pair<int64_t, double>> logged = leader ? trainer_log->kept() : std::vector<std::pair<int64_t, double>>{};
   double interval_loss = 0, interval_tokens_per_s = 0;
   int64_t interval_steps = 0, total_tokens = 0;
   const auto t_start = Clock::now();
-  data::SamplerPosition position;
-  for (int64_t step = 0; step < total_steps; ++step) {
+  for (int64_t step = start_step; step < total_steps; ++step) {
     const auto t_step = Clock::now();
     const std::vector<int64_t> global = sampler.global_batch_rows(position);
     int64_t label_tokens = 0, input_tokens = 0;
@@ -292,6 +342,7 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
     interval_tokens_per_s += static_cast<double>(input_tokens) / seconds;
     ++interval_steps;
     const bool last = step + 1 == total_steps;
+    if ((c.save_steps > 0 && (step + 1) % c.save_steps == 0) || last) save(step + 1);
     if (leader && ((step + 1) % c.logging_steps == 0 || last)) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
       const double epoch = static_cast<double>(step + 1) / static_cast<double>(sampler.steps_per_epoch());
@@ -300,7 +351,7 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
       trainer_log->write({{"step", step + 1}, {"loss", mean_loss}, {"grad_norm", grad_norm}, {"lr", lr}, {"epoch", epoch},
                           {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed}});
       logged.emplace_back(step + 1, mean_loss);
-      const double eta = elapsed / static_cast<double>(step + 1) * static_cast<double>(total_steps - step - 1);
+      const double eta = elapsed / static_cast<double>(step + 1 - start_step) * static_cast<double>(total_steps - step - 1);
       char line[256];
       std::snprintf(line, sizeof(line), "step %lld/%lld loss %.4f grad_norm %.3f lr %.3g epoch %.2f tok/s %.0f eta %.0fs\n",
                     static_cast<long long>(step + 1), static_cast<long long>(total_steps), mean_loss, grad_norm, lr, epoch,
@@ -311,6 +362,10 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
     }
   }
   result.steps = total_steps;
+  result.first_step = start_step;
+  // The final model as a Hugging Face folder in output_dir, like transformers' Trainer.
+  models::save_pretrained(*model, c.output_dir);
+  if (leader) data::copy_tokenizer_files(tokenizer_dir(c), c.output_dir);
   const double train_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   if (c.heldout_eval_samples > 0) {
     const HeldoutScore after = evaluate_and_reshard(*model, data, c, *world, units);

@@ -115,7 +115,7 @@ TEST(TrainConfig, BadConfigsFailWithExitCode2NamingTheKey) {
       {"plan_overrides:\n  - {match: '*', module_type: Qwen3RMSNorm}\n", "plan_overrides[0] needs match, module_type and replace_module"},
       {"plan_overrides:\n  - {match: '*', module: Qwen3RMSNorm, replace_module: x}\n", "plan_overrides[0] has unknown key 'module'"},
       {"plan_overrides:\n  - {match: '*', module_type: Qwen3RMSNorm, replace_module: fast_norm}\n", "fast_norm"},
-      {"resume_from_checkpoint: latest\n", "resume_from_checkpoint: checkpoints are not written yet"},
+      {"resume_from_checkpoint: latest\n", "resume_from_checkpoint: latest, but output_dir"},
       {"dataset: my_data\nheldout_eval_samples: 4\n", "heldout_eval_samples: needs a built-in synthetic dataset"},
       {"template: chatml\n", "template: 'chatml' is not allowed; expected default | llama2 | llama3 | qwen | qwen3"},
       {"dataset: synthetic_revers\n", "dataset 'synthetic_revers' is neither built in nor in"},

@@ -91,7 +91,8 @@ TEST(Trainer, CommandLineTrainsOnItsOwnRanksAndWritesItsFiles) {
   const std::string dir = temp_dir("cli");
   fs::remove_all(dir);
   std::vector<std::string> argv = {HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--max_steps=6", "--logging_steps=3",
-                                   "--output_dir=" + dir, "--nproc-per-node", "2", "--fsdp_config.dp_shard_size=-1", "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer"};
+                                   "--output_dir=" + dir, "--nproc-per-node", "2", "--fsdp_config.dp_shard_size=-1", "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer",
+                                   "--heldout_eval_samples=4"};
   const auto run = hp::testing::run_subprocess(argv, {std::chrono::seconds(120), {}, {}, {}});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("step 6/6 loss"), std::string::npos) << run.output;
@@ -102,6 +103,14 @@ TEST(Trainer, CommandLineTrainsOnItsOwnRanksAndWritesItsFiles) {
   EXPECT_GT(summary.at("comm_per_step_rank0").at("reduce_scatter").at("calls").get<double>(), 0);
   EXPECT_EQ(logged_losses(dir).size(), 2u);
   EXPECT_TRUE(fs::exists(dir + "/training_loss.svg"));
+  EXPECT_NE(run.output.find("held-out accuracy before training: "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("held-out accuracy after training: "), std::string::npos) << run.output;
+  EXPECT_TRUE(summary.contains("heldout_accuracy_after"));
+  // The final checkpoint and the exported Hugging Face folder.
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint-6/trainer_state.json"));
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
+    EXPECT_TRUE(fs::exists(dir + "/" + f)) << f;
+  }
   // The same folder again without overwrite_output_dir is refused, and nothing is touched.
   const auto before = fs::last_write_time(dir + "/trainer_log.jsonl");
   argv.push_back("--overwrite_output_dir=false");

@@ -50,4 +50,10 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// Copies the tokenizer files of a Hugging Face folder that `from` has (tokenizer.json,
+// tokenizer_config.json, special_tokens_map.json, vocab.json, merges.txt, tokenizer.model)
+// into the folder `to`, replacing them there; returns the names copied. `from` may be a
+// tokenizer.json file (its folder is used).
+std::vector<std::string> copy_tokenizer_files(const std::string& from, const std::string& to);
+
 }  // namespace hyperparallel::data

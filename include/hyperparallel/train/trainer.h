@@ -17,6 +17,11 @@
 // With heldout_eval_samples > 0, held-out accuracy is measured before and after training
 // (train/heldout_eval.h) and printed.
 //
+// Checkpoints (train/checkpoint.h) are written every save_steps steps and after the last;
+// resume_from_checkpoint restores parameters, AdamW state, RNG and the sampler position, on
+// the same layout or another with the same global batch. At the end the model is saved to
+// output_dir as a Hugging Face folder (config.json, safetensors, tokenizer files).
+//
 // Rank 0 writes output_dir/trainer_log.jsonl (every logging_steps: the mean loss since the last
 // line, grad_norm, lr, epoch, tokens_per_s, elapsed_s), train_summary.json, and prints one line
 // per logged step; other ranks print only errors.
@@ -33,9 +38,10 @@
 namespace hyperparallel::train {
 
 struct TrainResult {
-  std::vector<double> step_losses;  // every optimizer step, identical on every rank
+  std::vector<double> step_losses;  // each step this run took (from first_step), identical on every rank
   std::vector<double> grad_norms;
-  int64_t steps = 0;
+  int64_t steps = 0;       // the run's last step
+  int64_t first_step = 0;  // steps done before this run (the checkpoint's, when resuming)
   std::optional<double> heldout_accuracy_before, heldout_accuracy_after;  // with heldout_eval_samples > 0
 };
 

@@ -1,0 +1,312 @@
+// Sharded training checkpoints. See train/checkpoint.h.
+#include "hyperparallel/train/checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include "hyperparallel/data/tokenizer.h"
+#include "hyperparallel/fsdp/fully_shard.h"
+#include "hyperparallel/io/safetensors.h"
+#include "hyperparallel/platform/user_error.h"
+#include "io/atomic_write.h"
+
+namespace hyperparallel::train {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr const char* kStateFile = "trainer_state.json";
+constexpr const char* kPrefix = "checkpoint-";
+
+std::string rank_file(int rank) { return "rank-" + std::to_string(rank) + ".safetensors"; }
+
+// FNV-1a 64 of a file's bytes, as 16 hex digits.
+std::string file_checksum(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError("cannot read " + path);
+  uint64_t h = 1469598103934665603ull;
+  std::vector<char> buffer(1 << 20);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      h ^= static_cast<unsigned char>(buffer[static_cast<size_t>(i)]);
+      h *= 1099511628211ull;
+    }
+  }
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+torch::optim::AdamWParamState* adam_state(torch::optim::AdamW& optimizer, const at::Tensor& param) {
+  auto it = optimizer.state().find(c10::guts::to_string(param.unsafeGetTensorImpl()));
+  return it == optimizer.state().end() ? nullptr : static_cast<torch::optim::AdamWParamState*>(it->second.get());
+}
+
+// The parameters the optimizer updates, by full name.
+std::map<std::string, at::Tensor> optimizer_params(torch::nn::Module& model, torch::optim::AdamW& optimizer) {
+  std::map<const c10::TensorImpl*, std::string> names;
+  for (const auto& item : model.named_parameters()) names.emplace(item.value().unsafeGetTensorImpl(), item.key());
+  std::map<std::string, at::Tensor> out;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      auto it = names.find(p.unsafeGetTensorImpl());
+      if (it != names.end()) out.emplace(it->second, p);
+    }
+  }
+  return out;
+}
+
+bool is_complete(const fs::path& dir) { return fs::is_regular_file(dir / kStateFile); }
+
+int64_t step_of(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  if (name.rfind(kPrefix, 0) != 0) return -1;
+  const std::string digits = name.substr(std::string(kPrefix).size());
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 15) return -1;
+  return std::stoll(digits);
+}
+
+nlohmann::json info_json(const CheckpointInfo& info) {
+  return {{"step", info.step},           {"sampler_position", info.sampler_position}, {"global_batch_rows", info.global_batch_rows},
+          {"data_rows", info.data_rows}, {"seed", info.seed},                         {"world_size", info.world_size},
+          {"mesh_shape", info.mesh_shape}, {"model", info.model}};
+}
+
+// Every piece of every tensor in a checkpoint's rank files, and reads of any rows of them.
+class ShardReader {
+ public:
+  ShardReader(const std::string& dir, const nlohmann::json& files, int own_rank) {
+    for (int r = 0; r < static_cast<int>(files.size()); ++r) {
+      const std::string path = (fs::path(dir) / rank_file(r)).string();
+      if (!fs::is_regular_file(path)) throw UserError("checkpoint " + dir + " is missing " + rank_file(r) + "; it is damaged");
+      const std::string want = files[static_cast<size_t>(r)].at("fnv1a64").get<std::string>();
+      if (file_checksum(path) != want) {
+        throw UserError("checkpoint file " + path + " does not match its checksum in " + kStateFile +
+                        "; the checkpoint is damaged, resume from another one");
+      }
+      files_.push_back(std::make_unique<io::SafetensorsFile>(path));
+      const auto meta = files_.back()->metadata();
+      const auto found = meta.find("shards");
+      if (found == meta.end()) throw UserError("checkpoint file " + path + " has no shard table; it is damaged");
+      const nlohmann::json table = nlohmann::json::parse(found->second, nullptr, false);
+      if (!table.is_object()) throw UserError("checkpoint file " + path + " has a damaged shard table");
+      for (const auto& [name, s] : table.items()) {
+        Piece piece{static_cast<size_t>(r), s.at("global_shape").get<std::vector<int64_t>>(), s.at("shard_dim").get<int64_t>(),
+                    s.at("row_offset").get<int64_t>(), s.value("step", int64_t{0})};
+        // The own rank's piece first: on an unchanged layout every read is one piece.
+        auto& list = pieces_[name];
+        list.insert(r == own_rank ? list.begin() : list.end(), piece);
+      }
+    }
+  }
+
+  bool has(const std::string& tensor) const { return files_.empty() ? false : files_.front()->contains(tensor); }
+  int64_t step_of(const std::string& name) const { return pieces_of(name).front().step; }
+  const std::vector<int64_t>& global_shape(const std::string& name) const { return pieces_of(name).front().global_shape; }
+
+  // Rows [first, first + count) of dim `dim` of `kind`/`name` (kind: param, exp_avg, exp_avg_sq).
+  at::Tensor rows(const std::string& kind, const std::string& name, int64_t dim, int64_t first, int64_t count) const {
+    const auto& pieces = pieces_of(name);
+    const std::string key = kind + "/" + name;
+    for (const Piece& p : pieces) {
+      const int64_t held = files_[p.file]->entry(key).shape.empty() ? 1 : files_[p.file]->entry(key).shape[static_cast<size_t>(dim)];
+      if (p.shard_dim == dim && p.row_offset <= first && first + count <= p.row_offset + held) {
+        return files_[p.file]->read_rows(key, dim, first - p.row_offset, count);
+      }
+    }
+    // Pieces split along another dim (or across several files): assemble, then cut.
+    at::Tensor full = at::zeros(pieces.front().global_shape, at::kFloat);
+    for (const Piece& p : pieces) {
+      const at::Tensor piece = files_[p.file]->read(key);
+      if (full.dim() == 0) {
+        full.copy_(piece.reshape({}));
+      } else {
+        full.narrow(p.shard_dim, p.row_offset, piece.size(p.shard_dim)).copy_(piece);
+      }
+    }
+    return full.dim() == 0 ? full : full.narrow(dim, first, count).contiguous();
+  }
+
+  at::Tensor rng_state(int rank) const {
+    if (rank >= static_cast<int>(files_.size())) return {};
+    return files_[static_cast<size_t>(rank)]->contains("rng/cpu") ? files_[static_cast<size_t>(rank)]->read("rng/cpu") : at::Tensor();
+  }
+
+ private:
+  struct Piece {
+    size_t file;
+    std::vector<int64_t> global_shape;
+    int64_t shard_dim, row_offset, step;
+  };
+  const std::vector<Piece>& pieces_of(const std::string& name) const {
+    auto it = pieces_.find(name);
+    if (it == pieces_.end()) {
+      throw UserError("the checkpoint has no parameter " + name + "; it was written by another model");
+    }
+    return it->second;
+  }
+  std::vector<std::unique_ptr<io::SafetensorsFile>> files_;
+  std::map<std::string, std::vector<Piece>> pieces_;
+};
+
+}  // namespace
+
+std::vector<std::string> list_checkpoints(const std::string& output_dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(output_dir, ec)) {
+    const int64_t step = step_of(entry.path());
+    if (step >= 0 && entry.is_directory() && is_complete(entry.path())) found.emplace_back(step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+std::string save_checkpoint(const std::string& output_dir, const CheckpointInfo& info, const CheckpointExtras& extras,
+                            torch::nn::Module& model, torch::optim::AdamW& optimizer, comm::Communicator& world,
+                            int64_t save_total_limit) {
+  const fs::path final_dir = fs::path(output_dir) / (kPrefix + std::to_string(info.step));
+  const fs::path partial = final_dir.string() + ".partial";
+  if (world.rank() == 0) {
+    fs::remove_all(partial);
+    fs::create_directories(partial);
+  }
+  world.barrier().wait();
+
+  // This rank's pieces: parameters, AdamW moments, RNG.
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  nlohmann::json shards = nlohmann::json::object();
+  const auto params = optimizer_params(model, optimizer);
+  for (const auto& [name, shard] : fsdp::sharded_state_dict(model)) {
+    nlohmann::json s = {{"global_shape", shard.global_shape}, {"shard_dim", shard.shard_dim}, {"row_offset", shard.row_offset}};
+    tensors.emplace_back("param/" + name, shard.local.contiguous());
+    auto p = params.find(name);
+    if (p != params.end()) {
+      if (auto* state = adam_state(optimizer, p->second)) {
+        tensors.emplace_back("exp_avg/" + name, state->exp_avg().reshape(shard.local.sizes()).contiguous());
+        tensors.emplace_back("exp_avg_sq/" + name, state->exp_avg_sq().reshape(shard.local.sizes()).contiguous());
+        s["step"] = state->step();
+      }
+    }
+    shards[name] = s;
+  }
+  tensors.emplace_back("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
+  const std::string mine = (partial / rank_file(world.rank())).string();
+  io::write_safetensors(mine, tensors, {{"format", "pt"}, {"shards", shards.dump()}});
+
+  // Every rank's checksum and size to rank 0, which writes the state file last and renames.
+  const std::string sum = file_checksum(mine);
+  at::Tensor local = at::tensor({static_cast<int64_t>(std::stoull(sum, nullptr, 16)), static_cast<int64_t>(fs::file_size(mine))}, at::kLong);
+  at::Tensor all = at::zeros({2 * world.size()}, at::kLong);
+  world.all_gather(all, local).wait();
+  if (world.rank() == 0) {
+    nlohmann::json state = info_json(info);
+    state["files"] = nlohmann::json::array();
+    for (int r = 0; r < world.size(); ++r) {
+      char text[17];
+      std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(all[2 * r].item<int64_t>()));
+      state["files"].push_back({{"name", rank_file(r)}, {"bytes", all[2 * r + 1].item<int64_t>()}, {"fnv1a64", text}});
+    }
+    if (!extras.config_json.empty()) io::write_file_atomically((partial / "config.json").string(), extras.config_json);
+    if (!extras.tokenizer_dir.empty()) data::copy_tokenizer_files(extras.tokenizer_dir, partial.string());
+    io::write_file_atomically((partial / kStateFile).string(), state.dump(2) + "\n");
+    fs::remove_all(final_dir);
+    fs::rename(partial, final_dir);
+    if (save_total_limit > 0) {
+      const auto all_checkpoints = list_checkpoints(output_dir);
+      for (size_t i = 0; i + static_cast<size_t>(save_total_limit) < all_checkpoints.size(); ++i) fs::remove_all(all_checkpoints[i]);
+    }
+  }
+  world.barrier().wait();
+  return final_dir.string();
+}
+
+std::string resolve_checkpoint(const std::string& spec, const std::string& output_dir) {
+  if (spec == "latest") {
+    const auto found = list_checkpoints(output_dir);
+    if (found.empty()) {
+      throw UserError("resume_from_checkpoint: latest, but output_dir " + output_dir +
+                      " has no complete checkpoint-<step> folder; train with save_steps first or give a path");
+    }
+    return found.back();
+  }
+  if (!fs::is_directory(spec)) throw UserError("resume_from_checkpoint: " + spec + " is not a folder; give a checkpoint-<step> folder or latest");
+  if (!is_complete(spec)) {
+    throw UserError("resume_from_checkpoint: " + spec + " has no " + kStateFile +
+                    " (an unfinished or damaged save); use an earlier checkpoint or latest");
+  }
+  return spec;
+}
+
+CheckpointInfo read_checkpoint_info(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kStateFile).string();
+  std::ifstream in(path);
+  if (!in) throw UserError("cannot read " + path + "; is " + dir + " a checkpoint folder?");
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    CheckpointInfo info;
+    info.step = j.at("step").get<int64_t>();
+    info.sampler_position = j.at("sampler_position");
+    info.global_batch_rows = j.at("global_batch_rows").get<int64_t>();
+    info.data_rows = j.at("data_rows").get<int64_t>();
+    info.seed = j.at("seed").get<int64_t>();
+    info.world_size = j.at("world_size").get<int64_t>();
+    info.mesh_shape = j.at("mesh_shape").get<std::vector<int64_t>>();
+    info.model = j.at("model").get<std::string>();
+    if (j.at("files").size() != static_cast<size_t>(info.world_size)) throw UserError("files does not list one file per rank");
+    return info;
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(path + " is damaged (" + e.what() + "); use another checkpoint");
+  } catch (const UserError& e) {
+    throw UserError(path + " is damaged (" + e.what() + "); use another checkpoint");
+  }
+}
+
+CheckpointInfo load_checkpoint(const std::string& dir, torch::nn::Module& model, torch::optim::AdamW* optimizer, int world_rank) {
+  const CheckpointInfo info = read_checkpoint_info(dir);
+  std::ifstream in((fs::path(dir) / kStateFile).string());
+  const nlohmann::json files = nlohmann::json::parse(in).at("files");
+  const ShardReader reader(dir, files, world_rank);
+
+  const auto shapes = fsdp::full_parameter_shapes(model);
+  for (const auto& [name, shape] : shapes) {
+    if (reader.global_shape(name) != shape) {
+      throw UserError("checkpoint parameter " + name + " has another shape than the model's; it was written by another model");
+    }
+  }
+  fsdp::load_parameters_by_rows(model, [&](const std::string& name, int64_t dim, int64_t first, int64_t count) {
+    return reader.rows("param", name, dim, first, count);
+  });
+  if (optimizer) {
+    const auto params = optimizer_params(model, *optimizer);
+    optimizer->state().clear();
+    for (const auto& [name, shard] : fsdp::sharded_state_dict(model)) {
+      auto p = params.find(name);
+      if (p == params.end() || !reader.has("exp_avg/" + name)) continue;
+      const int64_t rows = shard.local.dim() == 0 ? 1 : shard.local.size(shard.shard_dim);
+      auto state = std::make_unique<torch::optim::AdamWParamState>();
+      state->step(reader.step_of(name));
+      state->exp_avg(reader.rows("exp_avg", name, shard.shard_dim, shard.row_offset, rows).reshape(shard.local.sizes()).clone());
+      state->exp_avg_sq(reader.rows("exp_avg_sq", name, shard.shard_dim, shard.row_offset, rows).reshape(shard.local.sizes()).clone());
+      optimizer->state()[c10::guts::to_string(p->second.unsafeGetTensorImpl())] = std::move(state);
+    }
+    const at::Tensor rng = reader.rng_state(world_rank);
+    if (rng.defined()) {
+      at::Generator generator = at::detail::getDefaultCPUGenerator();
+      generator.set_state(rng);
+    }
+  }
+  return info;
+}
+
+}  // namespace hyperparallel::train

@@ -1,0 +1,157 @@
+// Checkpoints: resuming continues the uninterrupted run exactly on the same layout and within
+// 1e-5 on another (4 -> 2 ranks, 2 -> 1), `latest` never picks an unfinished save,
+// save_total_limit prunes, and damaged or mismatched checkpoints are refused by name.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "hyperparallel/comm/rendezvous.h"
+#include "hyperparallel/io/safetensors.h"
+#include "hyperparallel/models/auto_model.h"
+#include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/train/checkpoint.h"
+#include "hyperparallel/train/trainer.h"
+#include "support/multiprocess.h"
+
+namespace hp = hyperparallel;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_dir(const std::string& name) { return ::testing::TempDir() + "hp_checkpoint_" + name; }
+
+// The debug model, global batch 8, 12 steps with warmup and cosine decay, a checkpoint every 4
+// steps (the last two kept).
+std::vector<std::string> overrides(const std::string& output_dir, std::vector<std::string> extra) {
+  std::vector<std::string> o = {"model_name_or_path=qwen3-debug", "tokenizer=" HP_SOURCE_DIR "/examples/tokenizer",
+                                "dataset=synthetic_reverse",      "template=qwen3",
+                                "max_samples=200",                "cutoff_len=64",
+                                "learning_rate=3.0e-3",           "lr_scheduler_type=cosine",
+                                "warmup_steps=2",                 "weight_decay=0.01",
+                                "max_grad_norm=1.0",              "max_steps=12",
+                                "logging_steps=1",                "save_steps=4",
+                                "save_total_limit=2",             "seed=11",
+                                "overwrite_output_dir=true",       "output_dir=" + output_dir};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return o;
+}
+
+void train_on(int ranks, const std::string& output_dir, const std::vector<std::string>& extra, bool fresh = true) {
+  const auto config = hp::train::load_train_config("", overrides(output_dir, extra));
+  if (fresh && !hp::testing::is_rank_process()) fs::remove_all(output_dir);
+  hp::testing::run_on_ranks(ranks, [&](hp::testing::RankContext& ctx) {
+    std::ostringstream log;
+    hp::train::run_training(config, ctx.world, log);
+  });
+}
+
+std::map<int64_t, double> logged_losses(const std::string& output_dir) {
+  std::ifstream in(output_dir + "/trainer_log.jsonl");
+  std::map<int64_t, double> losses;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;  // the cut line a test writes on purpose
+    losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+  }
+  return losses;
+}
+
+std::string user_error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const hp::UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Checkpoint, ResumeContinuesExactlyAndReshardsOntoOtherLayouts) {
+  const std::string full = temp_dir("full4");
+  train_on(4, full, {"per_device_train_batch_size=2"});
+  // Same layout from checkpoint-8; 2 ranks (per-rank batch 4) and 1 process from it too.
+  const std::string same = temp_dir("same4"), two = temp_dir("two"), one = temp_dir("one");
+  const std::string from = full + "/checkpoint-8";
+  train_on(4, same, {"per_device_train_batch_size=2", "resume_from_checkpoint=" + from});
+  train_on(2, two, {"per_device_train_batch_size=4", "resume_from_checkpoint=" + from});
+  train_on(1, one, {"per_device_train_batch_size=8", "resume_from_checkpoint=" + from});
+
+  // save_total_limit=2 kept the last two of 4, 8, 12.
+  EXPECT_EQ(hp::train::list_checkpoints(full), (std::vector<std::string>{full + "/checkpoint-8", full + "/checkpoint-12"}));
+  const auto reference = logged_losses(full);
+  ASSERT_EQ(reference.size(), 12u);
+  const auto resumed_same = logged_losses(same);
+  ASSERT_EQ(resumed_same.size(), 4u);  // steps 9..12
+  for (const auto& [step, loss] : resumed_same) EXPECT_EQ(loss, reference.at(step)) << "step " << step;
+  for (const auto& dir : {two, one}) {
+    SCOPED_TRACE(dir);
+    const auto resumed = logged_losses(dir);
+    ASSERT_EQ(resumed.size(), 4u);
+    for (const auto& [step, loss] : resumed) EXPECT_NEAR(loss, reference.at(step), 1e-5 * reference.at(step)) << "step " << step;
+  }
+  // The same final parameters: the exported models agree.
+  const auto a = hp::io::SafetensorsFile(full + "/model.safetensors");
+  const auto b = hp::io::SafetensorsFile(same + "/model.safetensors");
+  const auto c = hp::io::SafetensorsFile(two + "/model.safetensors");
+  for (const auto& e : a.entries()) {
+    EXPECT_TRUE(at::equal(a.read(e.name), b.read(e.name))) << e.name;
+    EXPECT_TRUE(at::allclose(a.read(e.name), c.read(e.name), 1e-5, 1e-6)) << e.name;
+  }
+  for (const auto& dir : {same, two, one}) fs::remove_all(dir);
+}
+
+TEST(Checkpoint, LatestSkipsUnfinishedSavesAndResumesInPlace) {
+  const std::string dir = temp_dir("latest");
+  train_on(2, dir, {"per_device_train_batch_size=4", "max_steps=8"});
+  const auto first = logged_losses(dir);
+  // A save killed before its state file: a .partial folder, and (by hand) a named folder
+  // without trainer_state.json. Neither is chosen.
+  if (!hp::testing::is_rank_process()) {
+    fs::create_directories(dir + "/checkpoint-10.partial");
+    fs::create_directories(dir + "/checkpoint-11");
+    std::ofstream(dir + "/trainer_log.jsonl", std::ios::app) << "{\"step\": 9, \"loss\": 0.5}\n{\"step\": 10, \"lo";
+  }
+  EXPECT_EQ(hp::train::resolve_checkpoint("latest", dir), dir + "/checkpoint-8");
+  train_on(2, dir, {"per_device_train_batch_size=4", "resume_from_checkpoint=latest"}, false);
+  const auto resumed = logged_losses(dir);
+  ASSERT_EQ(resumed.size(), 12u);  // 1..8 kept, the stray 9 and the cut line dropped, 9..12 new
+  for (int64_t s = 1; s <= 8; ++s) EXPECT_EQ(resumed.at(s), first.at(s));
+  EXPECT_NE(resumed.at(9), 0.5);
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, DamagedOrMismatchedCheckpointsAreRefusedByName) {
+  const std::string dir = temp_dir("damaged");
+  train_on(2, dir, {"per_device_train_batch_size=4", "max_steps=4"});
+  const std::string ckpt = dir + "/checkpoint-4";
+  auto world = hp::comm::init_process_group(hp::comm::RendezvousInfo{});
+  const auto resume = [&](const std::vector<std::string>& changes) {
+    std::vector<std::string> extra = {"resume_from_checkpoint=" + ckpt, "max_steps=6"};
+    extra.insert(extra.end(), changes.begin(), changes.end());
+    const auto config = hp::train::load_train_config("", overrides(temp_dir("damaged_out"), extra));
+    std::ostringstream log;
+    return user_error_of([&] { hp::train::run_training(config, world, log); });
+  };
+  EXPECT_NE(resume({"per_device_train_batch_size=4"}).find("a global batch of 8 rows, this run has 4"), std::string::npos);
+  EXPECT_NE(resume({"per_device_train_batch_size=8", "seed=12"}).find("seed 11; set seed: 11"), std::string::npos);
+  EXPECT_NE(resume({"per_device_train_batch_size=8", "max_samples=150"}).find("data rows"), std::string::npos);
+  EXPECT_NE(resume({"per_device_train_batch_size=8", "max_steps=4"}).find("4 steps already"), std::string::npos);
+  EXPECT_NE(user_error_of([&] { hp::train::resolve_checkpoint(dir + "/nothing", dir); }).find("is not a folder"), std::string::npos);
+
+  // One flipped byte in a rank file: the checksum names the file.
+  {
+    std::fstream f(ckpt + "/rank-1.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x7f');
+  }
+  auto model = hp::models::AutoModelForCausalLM::from_pretrained("qwen3-debug");
+  const std::string damaged = user_error_of([&] { hp::train::load_checkpoint(ckpt, *model, nullptr, 0); });
+  EXPECT_NE(damaged.find("rank-1.safetensors does not match its checksum"), std::string::npos) << damaged;
+  fs::remove(ckpt + "/trainer_state.json");
+  EXPECT_NE(user_error_of([&] { hp::train::resolve_checkpoint(ckpt, dir); }).find("has no trainer_state.json"), std::string::npos);
+  fs::remove_all(dir);
+  fs::remove_all(temp_dir("damaged_out"));
+}
