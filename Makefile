@@ -26,8 +26,12 @@ test: build
 test-long: build
 	cd $(BUILD_DIR) && ctest -L long --output-on-failure -j 1
 
+# The demo: 4 local ranks fine-tune a tiny Qwen3 with FSDP (examples/demo_sft.yaml), report
+# held-out accuracy before and after, export to output/demo_sft, then answer one prompt.
+DEMO_PROMPT ?= Reverse the words: moon river stone bird cloud
 demo: build
-	$(BUILD_DIR)/hyperparallel selfcheck
+	$(BUILD_DIR)/hyperparallel train examples/demo_sft.yaml
+	$(BUILD_DIR)/hyperparallel generate --model output/demo_sft --prompt "$(DEMO_PROMPT)"
 
 bench: build
 	scripts/bench_comm.sh $(BUILD_DIR)

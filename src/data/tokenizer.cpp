@@ -4,6 +4,7 @@
 #include <oniguruma.h>
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -434,6 +435,16 @@ const SpecialTokens& Tokenizer::special_tokens() const { return impl_->special_t
 bool Tokenizer::is_special(int64_t id) const {
   auto it = impl_->added_by_id.find(id);
   return it != impl_->added_by_id.end() && it->second.second;
+}
+
+std::vector<int64_t> Tokenizer::end_of_turn_ids() const {
+  std::vector<int64_t> ids;
+  for (const std::string& marker : {special_tokens().eos, std::string("<|im_end|>"), std::string("<|eot_id|>"), std::string("</s>"),
+                                    std::string("<|endoftext|>")}) {
+    if (marker.empty()) continue;
+    if (auto id = token_to_id(marker); id && std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);
+  }
+  return ids;
 }
 
 std::vector<std::string> copy_tokenizer_files(const std::string& from, const std::string& to) {

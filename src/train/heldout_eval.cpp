@@ -31,17 +31,6 @@ std::string trimmed(const std::string& s) {
   return s.substr(begin, s.find_last_not_of(" \t\r\n") - begin + 1);
 }
 
-// The ids that end an assistant turn: eos and the templates' end markers the vocabulary has.
-std::vector<int64_t> stop_ids(const data::Tokenizer& tokenizer) {
-  std::vector<int64_t> ids;
-  for (const std::string& marker : {tokenizer.special_tokens().eos, std::string("<|im_end|>"), std::string("<|eot_id|>"),
-                                    std::string("</s>"), std::string("<|endoftext|>")}) {
-    if (marker.empty()) continue;
-    if (auto id = tokenizer.token_to_id(marker); id && std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);
-  }
-  return ids;
-}
-
 }  // namespace
 
 void check_heldout_config(const TrainConfig& c) {
@@ -86,7 +75,7 @@ HeldoutScore evaluate_heldout(models::CausalLM& model, const data::Tokenizer& to
 
   models::GenerationOptions options;
   options.max_new_tokens = static_cast<int64_t>(longest_answer) + 4;  // room to show a wrong, longer answer
-  options.stop_ids = stop_ids(tokenizer);
+  options.stop_ids = tokenizer.end_of_turn_ids();
   options.run_all_steps = true;
   const auto answers = models::generate(model, mine, options);
 

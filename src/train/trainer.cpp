@@ -342,7 +342,6 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
     interval_tokens_per_s += static_cast<double>(input_tokens) / seconds;
     ++interval_steps;
     const bool last = step + 1 == total_steps;
-    if ((c.save_steps > 0 && (step + 1) % c.save_steps == 0) || last) save(step + 1);
     if (leader && ((step + 1) % c.logging_steps == 0 || last)) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
       const double epoch = static_cast<double>(step + 1) / static_cast<double>(sampler.steps_per_epoch());
@@ -360,6 +359,7 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
       interval_loss = interval_tokens_per_s = 0;
       interval_steps = 0;
     }
+    if ((c.save_steps > 0 && (step + 1) % c.save_steps == 0) || last) save(step + 1);
   }
   result.steps = total_steps;
   result.first_step = start_step;

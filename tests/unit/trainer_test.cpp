@@ -7,6 +7,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "hyperparallel/io/safetensors.h"
+#include "hyperparallel/models/auto_model.h"
+#include "hyperparallel/models/causal_lm.h"
+#include "hyperparallel/models/model_config.h"
+#include "hyperparallel/train/checkpoint.h"
 #include "hyperparallel/train/trainer.h"
 #include "support/multiprocess.h"
 #include "support/subprocess.h"
@@ -118,5 +123,58 @@ TEST(Trainer, CommandLineTrainsOnItsOwnRanksAndWritesItsFiles) {
   EXPECT_EQ(again.exit_code, 2) << again.output;
   EXPECT_NE(again.output.find("already holds a run"), std::string::npos) << again.output;
   EXPECT_EQ(fs::last_write_time(dir + "/trainer_log.jsonl"), before);
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, ExportAndGenerateFromTheCommandLine) {
+  const std::string dir = temp_dir("export");
+  fs::remove_all(dir);
+  const auto train = hp::testing::run_subprocess(
+      {HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--max_steps=4", "--heldout_eval_samples=0", "--output_dir=" + dir,
+       "--nproc_per_node=2", "--fsdp_config.dp_shard_size=-1", "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer"},
+      {std::chrono::seconds(120), {}, {}, {}});
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+
+  // The 2-rank checkpoint exported in one process equals the trainer's own final export, and
+  // from_pretrained of it gives the logits of the checkpoint's parameters loaded directly.
+  const std::string out = dir + "/exported";
+  const auto exported = hp::testing::run_subprocess({HP_CLI_PATH, "export", dir + "/checkpoint-4", out}, {});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_NE(exported.output.find("exported step 4 of qwen3-debug (2 rank shards)"), std::string::npos) << exported.output;
+  const hp::io::SafetensorsFile a(out + "/model.safetensors"), b(dir + "/model.safetensors");
+  ASSERT_EQ(a.entries().size(), b.entries().size());
+  for (const auto& e : a.entries()) EXPECT_TRUE(at::equal(a.read(e.name), b.read(e.name))) << e.name;
+  EXPECT_TRUE(fs::exists(out + "/tokenizer.json"));
+  auto loaded = hp::models::AutoModelForCausalLM::from_pretrained(out);
+  hp::models::ModelLoadOptions deferred;
+  deferred.deferred_init = true;
+  auto direct = hp::models::AutoModelForCausalLM::from_config(hp::models::load_model_config(dir + "/checkpoint-4"), deferred);
+  hp::train::load_checkpoint(dir + "/checkpoint-4", *direct, nullptr, 0);
+  hp::models::CausalLMInput in;
+  in.input_ids = at::arange(40, at::kLong).view({2, 20});
+  EXPECT_TRUE(at::equal(loaded->forward(in).logits, direct->forward(in).logits));
+
+  // generate: greedy is deterministic; bad options are exit code 2.
+  const std::vector<std::string> gen = {HP_CLI_PATH, "generate", "--model", out, "--prompt", "Reverse the words: sun tree", "--max-new-tokens", "5"};
+  const auto first = hp::testing::run_subprocess(gen, {}), second = hp::testing::run_subprocess(gen, {});
+  EXPECT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(first.output, second.output);
+  for (const auto& [extra, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--temperature", "hot"}, "--temperature 'hot' is not a number"},
+           {{"--template", "chatml"}, "'chatml'"},
+           {{"--max-new-tokens", "0"}, "--max-new-tokens '0'"},
+           {{"--beam", "2"}, "unknown option '--beam'"}}) {
+    auto argv = gen;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const auto bad = hp::testing::run_subprocess(argv, {});
+    EXPECT_EQ(bad.exit_code, 2) << bad.output;
+    EXPECT_NE(bad.output.find(message), std::string::npos) << bad.output;
+  }
+  const auto refused = hp::testing::run_subprocess({HP_CLI_PATH, "export", dir + "/checkpoint-4", out}, {});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.output.find("is not empty"), std::string::npos) << refused.output;
+  const auto missing = hp::testing::run_subprocess({HP_CLI_PATH, "export", dir + "/checkpoint-9", dir + "/x"}, {});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.output.find("checkpoint-9 is not a folder"), std::string::npos) << missing.output;
   fs::remove_all(dir);
 }

@@ -13,8 +13,10 @@ using Args = std::vector<std::string>;
 int run_command(const Args& args);        // hyperparallel run --nproc-per-node N -- CMD ...
 int selfcheck_command(const Args& args);  // hyperparallel selfcheck [--nproc-per-node N]
 int tokenize_command(const Args& args);   // hyperparallel tokenize --model DIR [--jsonl] [--decode]
-int train_command(const Args& args);
-int train_tokenizer_command(const Args& args);  // hyperparallel train-tokenizer --dataset NAMES --out DIR      // hyperparallel train CONFIG.yaml [--key=value ...]
+int train_command(const Args& args);            // hyperparallel train CONFIG.yaml [--key=value ...]
+int train_tokenizer_command(const Args& args);  // hyperparallel train-tokenizer --dataset NAMES --out DIR
+int export_command(const Args& args);           // hyperparallel export CHECKPOINT OUT_DIR
+int generate_command(const Args& args);         // hyperparallel generate --model DIR --prompt TEXT
 
 // Path of the running executable (for commands that start more of themselves).
 std::string self_executable();

@@ -29,6 +29,11 @@ constexpr const char* kUsage =
     "        nproc_per_node local ranks itself, or runs as one rank under a launcher\n"
     "  train-tokenizer --dataset NAMES --out DIR [--dataset-dir D] [--template T] [--vocab-size N]\n"
     "        learn a byte-level BPE tokenizer.json from datasets rendered by a chat template\n"
+    "  export CHECKPOINT OUT_DIR [--dtype float32|bfloat16] [--overwrite]\n"
+    "        write a training checkpoint (any layout) as a Hugging Face model folder\n"
+    "  generate --model DIR --prompt TEXT [--template T] [--system S] [--max-new-tokens N]\n"
+    "           [--temperature T] [--seed S] [--thinking]\n"
+    "        answer one prompt with a model folder (greedy by default, KV cache)\n"
     "  help  show this text\n";
 
 bool is_secondary_rank() {
@@ -48,12 +53,15 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   cli::Args args(argv + 2, argv + argc);
   try {
-    if (command != "run" && command != "tokenize" && command != "train-tokenizer" && !is_secondary_rank()) std::cerr << platform::reference_blas_warning();
+    if (command != "run" && command != "tokenize" && command != "train-tokenizer" && command != "generate" &&
+        command != "export" && !is_secondary_rank()) std::cerr << platform::reference_blas_warning();
     if (command == "run") return cli::run_command(args);
     if (command == "selfcheck") return cli::selfcheck_command(args);
     if (command == "tokenize") return cli::tokenize_command(args);
     if (command == "train") return cli::train_command(args);
     if (command == "train-tokenizer") return cli::train_tokenizer_command(args);
+    if (command == "export") return cli::export_command(args);
+    if (command == "generate") return cli::generate_command(args);
     std::cerr << "hyperparallel: unknown command '" << command << "'\n\n" << kUsage;
     return kExitUserError;
   } catch (const UserError& e) {

@@ -42,6 +42,9 @@ class Tokenizer {
   int64_t vocab_size() const;                 // model vocabulary plus added tokens
   bool is_special(int64_t id) const;
   const SpecialTokens& special_tokens() const;
+  // The ids that end an assistant turn: eos and the chat templates' end markers
+  // (<|im_end|>, <|eot_id|>, </s>, <|endoftext|>) that the vocabulary has.
+  std::vector<int64_t> end_of_turn_ids() const;
 
   struct Impl;
 
