@@ -191,6 +191,12 @@ const std::vector<KeyDef>& key_table() {
         // processes
         {{"nproc_per_node", "int >= 1", "1", "local ranks that `hyperparallel train` starts (ignored under a launcher)"}, int_at_least(&C::nproc_per_node, 1)},
         {{"comm_timeout_s", "float > 0", "300", "a collective that waits longer fails the run"}, positive_float(&C::comm_timeout_s)},
+        // LlamaFactory keys accepted so its configs run unchanged
+        {{"ddp_timeout", "int >= 1", "null", "LlamaFactory's name for comm_timeout_s (seconds)"}, [](C& c, const std::string& k, const Value& v) { c.comm_timeout_s = static_cast<double>(as_int(k, v, 1, "an integer >= 1 (seconds)")); }},
+        {{"overwrite_cache", "bool", "false", "no effect: there is no preprocessing cache (each run tokenizes its data at the start)"}, boolean(&C::overwrite_cache)},
+        {{"preprocessing_num_workers", "int >= 1", "null", "no effect: each rank tokenizes in one thread"}, [](C& c, const std::string& k, const Value& v) { c.preprocessing_num_workers = as_int(k, v, 1, "an integer >= 1"); }},
+        {{"report_to", "none", "none", "experiment trackers (wandb, tensorboard, ...) are not supported; trainer_log.jsonl has the metrics"}, choice(&C::report_to, {"none"})},
+        {{"trust_remote_code", "bool", "false", "no effect: nothing from a model folder is ever executed"}, boolean(&C::trust_remote_code)},
         // fsdp_config
         {{"fsdp_config.dp_shard_size", "int, -1 or >= 1", "-1", "ranks one parameter is sharded over; world / dp_shard_size replicas (HSDP); -1: all"}, minus_one_or_positive([](C& c) -> int64_t& { return c.fsdp_config.dp_shard_size; })},
         {{"fsdp_config.edp_shard_size", "int, -1 or >= 1", "-1", "expert-data-parallel shard size (with ep_size > 1, not supported yet)"}, minus_one_or_positive([](C& c) -> int64_t& { return c.fsdp_config.edp_shard_size; })},

@@ -23,6 +23,7 @@ TrainData prepare_train_data(const TrainConfig& config) {
   const data::SpecialTokens& special = out.tokenizer->special_tokens();
   const std::string pad = !special.pad.empty() ? special.pad : special.eos;
   out.pad_id = pad.empty() ? 0 : out.tokenizer->token_to_id(pad).value_or(0);
+  if (!config.do_train) return out;  // the tokenizer only: nothing to train on
 
   data::SftLoadOptions load;
   load.max_samples = config.max_samples;

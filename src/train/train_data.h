@@ -28,6 +28,7 @@ struct TrainData {
 // without one).
 std::string tokenizer_dir(const TrainConfig& config);
 
+// With do_train false only the tokenizer is loaded.
 TrainData prepare_train_data(const TrainConfig& config);
 
 }  // namespace hyperparallel::train

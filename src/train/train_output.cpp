@@ -2,6 +2,7 @@
 #include "train_output.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <sstream>
 
@@ -32,6 +33,43 @@ void TrainerLog::write(const nlohmann::json& line) {
   out_ << line.dump() << '\n';
   out_.flush();
 }
+
+namespace {
+constexpr const char* kUpAndClear = "\x1b[1A\x1b[2K";
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+void ProgressDisplay::update(int64_t step, double loss, double lr, double tokens_per_s, double eta_s) {
+  if (!terminal_) return;
+  constexpr int kWidth = 30;
+  const int filled = total_ > 0 ? static_cast<int>(kWidth * step / total_) : kWidth;
+  char text[200];
+  std::snprintf(text, sizeof(text), "[%s%s] %lld/%lld loss %.4f lr %.3g tok/s %.0f eta %.0fs", std::string(filled, '#').c_str(),
+                std::string(kWidth - filled, '.').c_str(), static_cast<long long>(step), static_cast<long long>(total_), loss, lr,
+                tokens_per_s, eta_s);
+  bar_ = text;  // kept even when not drawn now: a log line redraws the latest state
+  const double t = now_s();
+  if (step != total_ && last_draw_s_ >= 0 && t - last_draw_s_ < 0.2) return;
+  last_draw_s_ = t;
+  draw();
+}
+
+void ProgressDisplay::draw() {
+  out_ << (shown_ ? kUpAndClear : "") << bar_ << "\n" << std::flush;
+  shown_ = true;
+}
+
+void ProgressDisplay::line(const std::string& text) {
+  if (terminal_ && shown_) {
+    out_ << kUpAndClear << text << "\n";
+    shown_ = false;
+    draw();
+  } else {
+    out_ << text << "\n" << std::flush;
+  }
+}
+
+void ProgressDisplay::finish() { shown_ = false; }
 
 void write_json_file(const std::string& path, const nlohmann::json& value) { io::write_file_atomically(path, value.dump(2) + "\n"); }
 

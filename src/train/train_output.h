@@ -1,6 +1,7 @@
 // What rank 0 writes into output_dir while and after training: trainer_log.jsonl (appended
 // line by line and flushed, so a killed run keeps what it logged), train_summary.json and the
-// loss plot (a self-contained SVG).
+// loss plot (a self-contained SVG); and what it shows: a progress bar on a terminal, plain
+// lines elsewhere.
 #pragma once
 
 #include <fstream>
@@ -24,6 +25,27 @@ class TrainerLog {
  private:
   std::ofstream out_;
   std::vector<std::pair<int64_t, double>> kept_;
+};
+
+// Rank 0's screen. On a terminal, a bar (step/total, loss, lr, tok/s, ETA) redrawn at most 5
+// times a second, with log lines printed above it. Each redraw is a whole line that first
+// moves the cursor up and clears the old bar (ANSI), so it survives the launcher's line-wise
+// relaying of rank output. Elsewhere only the log lines, unchanged.
+class ProgressDisplay {
+ public:
+  ProgressDisplay(std::ostream& out, bool terminal, int64_t total_steps) : out_(out), terminal_(terminal), total_(total_steps) {}
+  void update(int64_t step, double loss, double lr, double tokens_per_s, double eta_s);
+  void line(const std::string& text);  // one log line (no trailing newline)
+  void finish();                       // the bar stays as the last state; later output goes below
+
+ private:
+  void draw();
+  std::ostream& out_;
+  bool terminal_;
+  int64_t total_;
+  bool shown_ = false;
+  std::string bar_;
+  double last_draw_s_ = -1;
 };
 
 // Writes `value` to `path` through a temporary file and a rename.

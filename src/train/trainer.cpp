@@ -116,20 +116,30 @@ at::Tensor as_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t length
   return at::tensor(v, at::kLong).view({rows, length});
 }
 
-// Held-out accuracy, then every unit back to its sharded state (a forward without backward
-// leaves the root, and with reshard_after_forward off every unit, unsharded).
-HeldoutScore evaluate_and_reshard(models::CausalLM& model, const TrainData& data, const TrainConfig& c, comm::Communicator& world,
-                                  std::vector<fsdp::FSDPModule>& units) {
-  HeldoutScore score = evaluate_heldout(model, *data.tokenizer, c, world);
+// Held-out accuracy (printed by rank 0, with a few answers after training), then every unit
+// back to its sharded state (a forward without backward leaves the root, and with
+// reshard_after_forward off every unit, unsharded).
+double evaluate_and_report(const char* when, models::CausalLM& model, const TrainData& data, const TrainConfig& c,
+                           comm::Communicator& world, std::vector<fsdp::FSDPModule>& units, std::ostream& log) {
+  const HeldoutScore score = evaluate_heldout(model, *data.tokenizer, c, world);
   for (auto& unit : units) unit.reshard();
-  return score;
+  if (world.rank() != 0) return score.accuracy();
+  char line[160];
+  std::snprintf(line, sizeof(line), "held-out accuracy %s training: %lld/%lld (%.1f%%)\n", when, static_cast<long long>(score.correct),
+                static_cast<long long>(score.total), 100.0 * score.accuracy());
+  log << line;
+  for (size_t i = 0; std::string(when) == "after" && i < std::min<size_t>(3, score.answers.size()); ++i) {
+    const HeldoutExample& e = score.answers[i];
+    log << "  " << e.prompt << " -> " << e.answer << (e.answer == e.expected ? "  (right)" : "  (expected " + e.expected + ")") << "\n";
+  }
+  log << std::flush;
+  return score.accuracy();
 }
 
-std::string accuracy_line(const char* when, const HeldoutScore& s) {
-  char line[160];
-  std::snprintf(line, sizeof(line), "held-out accuracy %s training: %lld/%lld (%.1f%%)\n", when, static_cast<long long>(s.correct),
-                static_cast<long long>(s.total), 100.0 * s.accuracy());
-  return line;
+// The model as a Hugging Face folder in output_dir, like transformers' Trainer at the end.
+void export_model(models::CausalLM& model, const TrainConfig& c, bool leader) {
+  models::save_pretrained(model, c.output_dir);
+  if (leader) data::copy_tokenizer_files(tokenizer_dir(c), c.output_dir);
 }
 
 // The checkpoint's facts, checked against this run: the sampler position only means the same
@@ -164,7 +174,7 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicator> world, std::ostream& log) {
+TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicator> world, std::ostream& log, bool progress_bar) {
   const bool leader = world->rank() == 0;
   check_heldout_config(c);
   prepare_output_dir(c, *world);
@@ -196,6 +206,13 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
   root.set_reduce_op_type("sum");  // each micro-batch loss is already divided by the global token count
   root.set_reshard_after_backward(c.fsdp_config.reshard_after_backward);
   if (from_folder) models::load_pretrained_weights(*model, c.model_name_or_path);
+  if (!c.do_train) {  // load, evaluate, export
+    TrainResult result;
+    if (c.heldout_eval_samples > 0) result.heldout_accuracy_after = evaluate_and_report("without", *model, data, c, *world, units, log);
+    export_model(*model, c, leader);
+    if (leader) log << "do_train is false: exported the model to " << c.output_dir << " without training\n";
+    return result;
+  }
   auto optimizer = make_optimizer(c, *model);
   // Each parameter's weight in the global squared gradient norm, summed over the world and then
   // divided by the replicas: a shard exists once per replica group (weight 1), a replicated
@@ -225,6 +242,7 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
     start_step = info.step;
     position = sampler.position_from_json(info.sampler_position.dump());
   }
+  ProgressDisplay screen(log, leader && progress_bar, total_steps);
   const auto save = [&](int64_t steps_done) {
     CheckpointInfo info;
     info.step = steps_done;
@@ -237,7 +255,7 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
     info.model = c.model_name_or_path;
     const std::string dir = save_checkpoint(c.output_dir, info, {models::model_config_json(model->config()), tokenizer_dir(c)},
                                             *model, *optimizer, *world, c.save_total_limit.value_or(0));
-    if (leader) log << "saved " << dir << "\n" << std::flush;
+    if (leader) screen.line("saved " + dir);
   };
 
   std::unique_ptr<TrainerLog> trainer_log;
@@ -274,11 +292,7 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
   const double wait_start = wait_now();
 
   TrainResult result;
-  if (c.heldout_eval_samples > 0) {
-    const HeldoutScore before = evaluate_and_reshard(*model, data, c, *world, units);
-    result.heldout_accuracy_before = before.accuracy();
-    if (leader) log << accuracy_line("before", before) << std::flush;
-  }
+  if (c.heldout_eval_samples > 0) result.heldout_accuracy_before = evaluate_and_report("before", *model, data, c, *world, units, log);
   std::vector<double> step_times;
   std::vector<std::pair<int64_t, double>> logged = leader ? trainer_log->kept() : std::vector<std::pair<int64_t, double>>{};
   double interval_loss = 0, interval_tokens_per_s = 0;
@@ -342,43 +356,32 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
     interval_tokens_per_s += static_cast<double>(input_tokens) / seconds;
     ++interval_steps;
     const bool last = step + 1 == total_steps;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
+    const double eta = elapsed / static_cast<double>(step + 1 - start_step) * static_cast<double>(total_steps - step - 1);
+    screen.update(step + 1, step_loss, lr, static_cast<double>(input_tokens) / seconds, eta);
     if (leader && ((step + 1) % c.logging_steps == 0 || last)) {
-      const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
       const double epoch = static_cast<double>(step + 1) / static_cast<double>(sampler.steps_per_epoch());
       const double mean_loss = interval_loss / static_cast<double>(interval_steps);
       const double tokens_per_s = interval_tokens_per_s / static_cast<double>(interval_steps);
       trainer_log->write({{"step", step + 1}, {"loss", mean_loss}, {"grad_norm", grad_norm}, {"lr", lr}, {"epoch", epoch},
                           {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed}});
       logged.emplace_back(step + 1, mean_loss);
-      const double eta = elapsed / static_cast<double>(step + 1 - start_step) * static_cast<double>(total_steps - step - 1);
       char line[256];
-      std::snprintf(line, sizeof(line), "step %lld/%lld loss %.4f grad_norm %.3f lr %.3g epoch %.2f tok/s %.0f eta %.0fs\n",
+      std::snprintf(line, sizeof(line), "step %lld/%lld loss %.4f grad_norm %.3f lr %.3g epoch %.2f tok/s %.0f eta %.0fs",
                     static_cast<long long>(step + 1), static_cast<long long>(total_steps), mean_loss, grad_norm, lr, epoch,
                     tokens_per_s, eta);
-      log << line << std::flush;
+      screen.line(line);
       interval_loss = interval_tokens_per_s = 0;
       interval_steps = 0;
     }
     if ((c.save_steps > 0 && (step + 1) % c.save_steps == 0) || last) save(step + 1);
   }
+  screen.finish();
   result.steps = total_steps;
   result.first_step = start_step;
-  // The final model as a Hugging Face folder in output_dir, like transformers' Trainer.
-  models::save_pretrained(*model, c.output_dir);
-  if (leader) data::copy_tokenizer_files(tokenizer_dir(c), c.output_dir);
+  export_model(*model, c, leader);
   const double train_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
-  if (c.heldout_eval_samples > 0) {
-    const HeldoutScore after = evaluate_and_reshard(*model, data, c, *world, units);
-    result.heldout_accuracy_after = after.accuracy();
-    if (leader) {
-      log << accuracy_line("after", after);
-      for (size_t i = 0; i < std::min<size_t>(3, after.answers.size()); ++i) {
-        const HeldoutExample& e = after.answers[i];
-        log << "  " << e.prompt << " -> " << e.answer << (e.answer == e.expected ? "  (right)" : "  (expected " + e.expected + ")")
-            << "\n";
-      }
-    }
-  }
+  if (c.heldout_eval_samples > 0) result.heldout_accuracy_after = evaluate_and_report("after", *model, data, c, *world, units, log);
 
   // Summary: per-rank peak RSS gathered to everyone; communication per step on this rank.
   struct rusage usage {};

@@ -14,6 +14,7 @@
 #include "hyperparallel/train/checkpoint.h"
 #include "hyperparallel/train/trainer.h"
 #include "support/multiprocess.h"
+#include "train/train_output.h"
 #include "support/subprocess.h"
 
 namespace hp = hyperparallel;
@@ -177,4 +178,23 @@ TEST(Trainer, ExportAndGenerateFromTheCommandLine) {
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.output.find("checkpoint-9 is not a folder"), std::string::npos) << missing.output;
   fs::remove_all(dir);
+}
+
+TEST(Trainer, ProgressBarOnATerminalPlainLinesElsewhere) {
+  std::ostringstream plain, terminal;
+  for (auto* out : {&plain, &terminal}) {
+    hp::train::ProgressDisplay screen(*out, out == &terminal, 4);
+    for (int64_t step = 1; step <= 4; ++step) {
+      screen.update(step, 1.0 / static_cast<double>(step), 1e-3, 100, 4.0 - static_cast<double>(step));
+      if (step % 2 == 0) screen.line("step " + std::to_string(step));
+    }
+    screen.finish();
+  }
+  EXPECT_EQ(plain.str(), "step 2\nstep 4\n");
+  const std::string t = terminal.str();
+  EXPECT_NE(t.find("[###############...............] 2/4 loss 0.5000"), std::string::npos) << t;
+  EXPECT_NE(t.find("\x1b[1A\x1b[2Kstep 4\n"), std::string::npos) << t;  // a log line replaces the bar, which is redrawn below
+  const std::string last_bar = "[##############################] 4/4 loss 0.2500 lr 0.001 tok/s 100 eta 0s\n";
+  ASSERT_GE(t.size(), last_bar.size());
+  EXPECT_EQ(t.substr(t.size() - last_bar.size()), last_bar) << t;
 }

@@ -1,6 +1,9 @@
 // hyperparallel train CONFIG.yaml [--key=value ...]: the SFT trainer (src/train/).
 // Under a launcher (hyperparallel run, torchrun-style variables, mpirun, Slurm) it is one rank;
 // otherwise it starts nproc_per_node local ranks of itself, or trains in this process for 1.
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -44,6 +47,8 @@ int train_command(const Args& args) {
     spec.command = {self_executable(), "train"};
     spec.command.insert(spec.command.end(), args.begin(), args.end());
     spec.prefix_output = false;
+    // The ranks' output reaches the terminal through the launcher's pipes: tell rank 0.
+    if (isatty(STDOUT_FILENO)) spec.extra_env.emplace_back("HP_PROGRESS_BAR", "1");
     const launch::LaunchResult result = launch::launch_ranks(spec);
     if (!result.summary.empty()) std::cerr << "hyperparallel train: " << result.summary << "\n";
     return result.exit_code;
@@ -53,7 +58,9 @@ int train_command(const Args& args) {
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
   auto world = comm::init_process_group(info, options);
   std::ostringstream quiet;
-  train::run_training(config, world, world->rank() == 0 ? std::cout : quiet);
+  const char* bar = std::getenv("HP_PROGRESS_BAR");
+  const bool progress_bar = isatty(STDOUT_FILENO) || (bar && std::string(bar) == "1");
+  train::run_training(config, world, world->rank() == 0 ? std::cout : quiet, progress_bar);
   return kExitOk;
 }
 

@@ -90,6 +90,11 @@ struct TrainConfig {
   // processes
   int64_t nproc_per_node = 1;
   double comm_timeout_s = 300;
+  // LlamaFactory keys accepted for compatibility (ddp_timeout sets comm_timeout_s).
+  bool overwrite_cache = false;
+  std::optional<int64_t> preprocessing_num_workers;
+  std::string report_to = "none";
+  bool trust_remote_code = false;
   FsdpConfig fsdp_config;
   AcceleratorConfig accelerator;
 };

@@ -24,7 +24,7 @@
 //
 // Rank 0 writes output_dir/trainer_log.jsonl (every logging_steps: the mean loss since the last
 // line, grad_norm, lr, epoch, tokens_per_s, elapsed_s), train_summary.json, and prints one line
-// per logged step; other ranks print only errors.
+// per logged step (with a progress bar on a terminal); other ranks print only errors.
 #pragma once
 
 #include <iosfwd>
@@ -45,6 +45,9 @@ struct TrainResult {
   std::optional<double> heldout_accuracy_before, heldout_accuracy_after;  // with heldout_eval_samples > 0
 };
 
-TrainResult run_training(const TrainConfig& config, std::shared_ptr<comm::Communicator> world, std::ostream& log);
+// `log` gets rank 0's lines; with `progress_bar` (rank 0 on a terminal) a bar is redrawn
+// below them every step.
+TrainResult run_training(const TrainConfig& config, std::shared_ptr<comm::Communicator> world, std::ostream& log,
+                         bool progress_bar = false);
 
 }  // namespace hyperparallel::train
