@@ -11,6 +11,7 @@ packages=(
   nlohmann-json3-dev  # JSON: config.json, safetensors headers and indexes
   libonig-dev libutf8proc-dev  # tokenizer: the reference's regex engine, NFC normalization
   libyaml-cpp-dev     # the trainer's YAML configs
+  librsvg2-bin        # rsvg-convert: training_loss.png next to the SVG
   libgtest-dev libgmock-dev
   iproute2 procps
 )

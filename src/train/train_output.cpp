@@ -1,7 +1,13 @@
 // Trainer output files. See train_output.h.
 #include "train_output.h"
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -70,6 +76,33 @@ void ProgressDisplay::line(const std::string& text) {
 }
 
 void ProgressDisplay::finish() { shown_ = false; }
+
+bool convert_svg_to_png(const std::string& svg_path, const std::string& png_path) {
+  const char* path_env = std::getenv("PATH");
+  std::string converter;
+  std::stringstream dirs(path_env ? path_env : "");
+  for (std::string dir; std::getline(dirs, dir, ':') && converter.empty();) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/rsvg-convert";
+    if (access(candidate.c_str(), X_OK) == 0) converter = candidate;
+  }
+  if (converter.empty()) return false;
+  // Run directly (no shell), output to a temporary name renamed on success.
+  const std::string tmp = png_path + ".tmp";
+  std::vector<std::string> args = {converter, "-o", tmp, svg_path};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, converter.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return false;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return std::rename(tmp.c_str(), png_path.c_str()) == 0;
+}
 
 void write_json_file(const std::string& path, const nlohmann::json& value) { io::write_file_atomically(path, value.dump(2) + "\n"); }
 

@@ -54,4 +54,8 @@ void write_json_file(const std::string& path, const nlohmann::json& value);
 // A line plot of (step, loss) as SVG, with axes labelled by their ranges.
 void write_loss_svg(const std::string& path, const std::vector<std::pair<int64_t, double>>& points);
 
+// The SVG as PNG through rsvg-convert when it is on PATH (scripts/setup.sh installs it);
+// returns false, writing nothing, when it is not or fails.
+bool convert_svg_to_png(const std::string& svg_path, const std::string& png_path);
+
 }  // namespace hyperparallel::train

@@ -417,7 +417,10 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
     if (result.heldout_accuracy_before) summary["heldout_accuracy_before"] = *result.heldout_accuracy_before;
     if (result.heldout_accuracy_after) summary["heldout_accuracy_after"] = *result.heldout_accuracy_after;
     write_json_file(c.output_dir + "/train_summary.json", summary);
-    if (c.plot_loss) write_loss_svg(c.output_dir + "/training_loss.svg", logged);
+    if (c.plot_loss) {
+      write_loss_svg(c.output_dir + "/training_loss.svg", logged);
+      convert_svg_to_png(c.output_dir + "/training_loss.svg", c.output_dir + "/training_loss.png");
+    }
   }
   return result;
 }

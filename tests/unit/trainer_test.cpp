@@ -109,6 +109,7 @@ TEST(Trainer, CommandLineTrainsOnItsOwnRanksAndWritesItsFiles) {
   EXPECT_GT(summary.at("comm_per_step_rank0").at("reduce_scatter").at("calls").get<double>(), 0);
   EXPECT_EQ(logged_losses(dir).size(), 2u);
   EXPECT_TRUE(fs::exists(dir + "/training_loss.svg"));
+  EXPECT_TRUE(fs::exists(dir + "/training_loss.png")) << "scripts/setup.sh installs rsvg-convert";
   EXPECT_NE(run.output.find("held-out accuracy before training: "), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("held-out accuracy after training: "), std::string::npos) << run.output;
   EXPECT_TRUE(summary.contains("heldout_accuracy_after"));
