@@ -5,7 +5,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
-.PHONY: all setup configure build test test-long demo bench clean
+.PHONY: all setup configure build test test-long demo bench fuzz clean
 
 all: build
 
@@ -32,6 +32,10 @@ DEMO_PROMPT ?= Reverse the words: moon river stone bird cloud
 demo: build
 	$(BUILD_DIR)/hyperparallel train examples/demo_sft.yaml
 	$(BUILD_DIR)/hyperparallel generate --model output/demo_sft --prompt "$(DEMO_PROMPT)"
+
+# libFuzzer targets (fuzz/) under ASan + UBSan, FUZZ_SECONDS each (default 60).
+fuzz: setup
+	scripts/fuzz.sh
 
 bench: build
 	scripts/bench_comm.sh $(BUILD_DIR)

@@ -12,6 +12,7 @@ packages=(
   libonig-dev libutf8proc-dev  # tokenizer: the reference's regex engine, NFC normalization
   libyaml-cpp-dev     # the trainer's YAML configs
   librsvg2-bin        # rsvg-convert: training_loss.png next to the SVG
+  clang-14 libclang-rt-14-dev  # make fuzz: libFuzzer with ASan + UBSan
   libgtest-dev libgmock-dev
   iproute2 procps
 )

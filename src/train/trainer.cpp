@@ -244,6 +244,7 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
   }
   ProgressDisplay screen(log, leader && progress_bar, total_steps);
   const auto save = [&](int64_t steps_done) {
+    if (leader) screen.line("saving checkpoint-" + std::to_string(steps_done));
     CheckpointInfo info;
     info.step = steps_done;
     info.sampler_position = nlohmann::json::parse(sampler.position_json(position));

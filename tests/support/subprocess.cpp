@@ -43,6 +43,9 @@ SubprocessResult run_subprocess(const std::vector<std::string>& argv, const Subp
         ++seen;
       }
       if (seen >= options.signal_when->count) {
+        if (!options.signal_when->also_processes_with.empty()) {
+          for (int other : processes_with(options.signal_when->also_processes_with)) kill(other, options.signal_when->signal);
+        }
         kill(pid, options.signal_when->signal);
         signalled = true;
       }

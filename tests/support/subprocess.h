@@ -24,6 +24,9 @@ struct SubprocessOptions {
     std::string text;
     int count = 1;
     int signal = 0;
+    // Also signal, at the same moment, every process whose command line holds this text
+    // (a launcher's ranks live in their own process groups): "kill -9 the whole job".
+    std::string also_processes_with;
   };
   std::optional<SignalWhen> signal_when;
   std::vector<std::pair<std::string, std::string>> env;

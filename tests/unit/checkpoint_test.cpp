@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <csignal>
 #include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "hyperparallel/comm/rendezvous.h"
@@ -14,6 +16,7 @@
 #include "hyperparallel/train/checkpoint.h"
 #include "hyperparallel/train/trainer.h"
 #include "support/multiprocess.h"
+#include "support/subprocess.h"
 
 namespace hp = hyperparallel;
 namespace fs = std::filesystem;
@@ -154,4 +157,41 @@ TEST(Checkpoint, DamagedOrMismatchedCheckpointsAreRefusedByName) {
   EXPECT_NE(user_error_of([&] { hp::train::resolve_checkpoint(ckpt, dir); }).find("has no trainer_state.json"), std::string::npos);
   fs::remove_all(dir);
   fs::remove_all(temp_dir("damaged_out"));
+}
+
+TEST(Checkpoint, KillingTheWholeJobDuringASaveLosesNothing) {
+  // kill -9 of the launcher and every rank the moment rank 0 announces a save; then
+  // resume_from_checkpoint: latest must find a complete checkpoint and reproduce the
+  // uninterrupted run's losses exactly.
+  const std::string reference = temp_dir("kill_reference"), job = temp_dir("kill_job");
+  const auto command = [&](const std::string& out, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {HP_CLI_PATH, "train"};
+    for (const auto& o : overrides(out, {"per_device_train_batch_size=4", "nproc_per_node=2", "save_steps=2", "save_total_limit=3"})) {
+      argv.push_back("--" + o);
+    }
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+  fs::remove_all(reference);
+  fs::remove_all(job);
+  const auto uninterrupted = hp::testing::run_subprocess(command(reference, {}), {std::chrono::seconds(120), {}, {}, {}});
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+
+  hp::testing::SubprocessOptions kill_options{std::chrono::seconds(120), {}, {}, {}};
+  kill_options.signal_when = hp::testing::SubprocessOptions::SignalWhen{"saving checkpoint-8", 1, SIGKILL, job};
+  const auto killed = hp::testing::run_subprocess(command(job, {}), kill_options);
+  EXPECT_EQ(killed.exit_code, 128 + SIGKILL) << killed.output;
+  for (int i = 0; i < 50 && !hp::testing::processes_with(job).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(hp::testing::processes_with(job).empty()) << "a rank survived the kill";
+
+  const std::string latest = hp::train::resolve_checkpoint("latest", job);
+  EXPECT_TRUE(latest == job + "/checkpoint-6" || latest == job + "/checkpoint-8") << latest;
+  const auto resumed = hp::testing::run_subprocess(command(job, {"--resume_from_checkpoint=latest"}), {std::chrono::seconds(120), {}, {}, {}});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + latest), std::string::npos) << resumed.output;
+  const auto expected = logged_losses(reference), got = logged_losses(job);
+  ASSERT_EQ(got.size(), 12u);
+  for (const auto& [step, loss] : expected) EXPECT_EQ(got.at(step), loss) << "step " << step;
+  fs::remove_all(reference);
+  fs::remove_all(job);
 }

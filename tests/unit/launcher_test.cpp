@@ -79,7 +79,7 @@ TEST(Launcher, ARankIgnoringSigtermIsKilledAfterTheGracePeriod) {
 
 TEST(Launcher, SigintToTheLauncherReachesEveryRank) {
   testing::SubprocessOptions options;
-  options.signal_when = testing::SubprocessOptions::SignalWhen{"ready", 3, SIGINT};
+  options.signal_when = testing::SubprocessOptions::SignalWhen{"ready", 3, SIGINT, ""};
   const auto r = run_subprocess(run_cli(3, "echo ready; exec sleep " + marker()), options);
   EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.output;
   EXPECT_LT(r.seconds, 15.0);

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# make fuzz: builds the libFuzzer targets in fuzz/ with clang (ASan + UBSan) into build-fuzz/
+# and runs each for FUZZ_SECONDS (default 60) from its seed corpus in fuzz/corpus/<target>.
+# New interesting inputs go to build-fuzz/corpus/<target>; a finding (crash, sanitizer report,
+# an exception other than UserError) leaves build-fuzz/crashes/<target>-* and fails the run.
+#   scripts/fuzz.sh [TARGET ...]     (default: every target)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${FUZZ_SECONDS:-60}
+out=build-fuzz
+cxx=$(command -v clang++-14 || command -v clang++ || true)
+if [[ -z "$cxx" ]]; then
+  echo "fuzz: clang++ is missing; run 'scripts/setup.sh' as root (it installs clang-14 and libclang-rt-14-dev)" >&2
+  exit 2
+fi
+launcher=$(command -v ccache || true)
+mkdir -p "$out/obj" "$out/crashes"
+
+common=(-std=c++17 -O1 -g -fno-omit-frame-pointer -D_GLIBCXX_USE_CXX11_ABI=1 -Iinclude -Isrc
+        -isystem /usr/include/torch/csrc/api/include -fsanitize=address,undefined -fno-sanitize-recover=undefined
+        -DHP_FUZZ_TOKENIZER="\"$PWD/examples/tokenizer\"")
+
+# target: its library sources and libraries
+declare -A sources=(
+  [safetensors]="src/io/safetensors.cpp"
+  [tokenizer]="src/data/tokenizer.cpp src/data/bpe_model.cpp src/data/utf8.cpp"
+  [tokenizer_encode]="src/data/tokenizer.cpp src/data/bpe_model.cpp src/data/utf8.cpp"
+  [config]="src/train/train_config.cpp src/platform/suggest.cpp"
+  [dataset]="src/data/sft_dataset.cpp src/data/chat_template.cpp src/platform/suggest.cpp"
+)
+declare -A libs=(
+  [safetensors]="-ltorch_cpu -lc10"
+  [tokenizer]="-lonig -lutf8proc"
+  [tokenizer_encode]="-lonig -lutf8proc"
+  [config]="-lyaml-cpp"
+  [dataset]=""
+)
+targets=("$@")
+[[ ${#targets[@]} -eq 0 ]] && targets=(safetensors tokenizer tokenizer_encode config dataset)
+
+compile() {  # source -> object, instrumented for coverage but without libFuzzer's main
+  local src=$1 obj="$out/obj/$(echo "$1" | tr / _).o"
+  if [[ ! -f "$obj" || "$src" -nt "$obj" ]]; then
+    $launcher "$cxx" "${common[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj"
+  fi
+  echo "$obj"
+}
+
+failed=()
+for t in "${targets[@]}"; do
+  [[ -n "${sources[$t]+x}" ]] || { echo "fuzz: unknown target '$t'; targets: ${!sources[*]}" >&2; exit 2; }
+  objs=()
+  for s in ${sources[$t]}; do objs+=("$(compile "$s")"); done
+  echo "fuzz: building $t" >&2
+  # shellcheck disable=SC2086
+  "$cxx" "${common[@]}" -fsanitize=fuzzer "fuzz/${t}_fuzz.cpp" "${objs[@]}" ${libs[$t]} -o "$out/$t"
+  mkdir -p "$out/corpus/$t"
+  echo "fuzz: running $t for ${seconds}s" >&2
+  if ! "$out/$t" -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=20 -print_final_stats=1 \
+       -artifact_prefix="$out/crashes/$t-" "$out/corpus/$t" "fuzz/corpus/$t" > "$out/$t.log" 2>&1; then
+    failed+=("$t")
+    tail -40 "$out/$t.log" >&2
+  else
+    grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$out/$t.log" | sed "s/^/fuzz: $t: /" >&2
+  fi
+done
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "fuzz: findings in: ${failed[*]} (inputs in $out/crashes/)" >&2
+  exit 1
+fi
+echo "fuzz: no findings in ${targets[*]}" >&2
