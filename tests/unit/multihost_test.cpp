@@ -1,0 +1,105 @@
+// Two nodes on one machine: network namespaces joined by a veth pair, 2 ranks in each started
+// by `hyperparallel run --nnodes 2 --node-rank R --master-addr <veth address>`, training with
+// HSDP (replicate across the nodes, shard within each) — the same step losses as 1 process.
+// Needs root (CAP_NET_ADMIN) and iproute2; elsewhere it is skipped with the reason, and ctest
+// counts it as skipped.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "hyperparallel/comm/rendezvous.h"
+#include "hyperparallel/launch/free_port.h"
+#include "hyperparallel/train/trainer.h"
+#include "support/subprocess.h"
+
+namespace hp = hyperparallel;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool sh(const std::vector<std::string>& argv, std::string* output = nullptr) {
+  const auto r = hp::testing::run_subprocess(argv, {std::chrono::seconds(20), {}, {}, {}});
+  if (output) *output = r.output;
+  return r.exit_code == 0;
+}
+
+// Two namespaces A (10.77.0.1) and B (10.77.0.2) joined by a veth pair; removed on scope exit.
+class TwoNodeNetwork {
+ public:
+  TwoNodeNetwork() : a_("hp_node_a_" + std::to_string(::getpid())), b_("hp_node_b_" + std::to_string(::getpid())) {
+    const std::string va = "hpva" + std::to_string(::getpid() % 100000), vb = "hpvb" + std::to_string(::getpid() % 100000);
+    ok_ = sh({"ip", "netns", "add", a_}, &error_) && sh({"ip", "netns", "add", b_}, &error_) &&
+          sh({"ip", "link", "add", va, "type", "veth", "peer", "name", vb}, &error_) &&
+          sh({"ip", "link", "set", va, "netns", a_}, &error_) && sh({"ip", "link", "set", vb, "netns", b_}, &error_) &&
+          sh({"ip", "-n", a_, "addr", "add", "10.77.0.1/24", "dev", va}, &error_) &&
+          sh({"ip", "-n", b_, "addr", "add", "10.77.0.2/24", "dev", vb}, &error_) &&
+          sh({"ip", "-n", a_, "link", "set", va, "up"}, &error_) && sh({"ip", "-n", b_, "link", "set", vb, "up"}, &error_) &&
+          sh({"ip", "-n", a_, "link", "set", "lo", "up"}, &error_) && sh({"ip", "-n", b_, "link", "set", "lo", "up"}, &error_);
+  }
+  ~TwoNodeNetwork() {
+    sh({"ip", "netns", "del", a_});
+    sh({"ip", "netns", "del", b_});
+  }
+  bool ok() const { return ok_; }
+  const std::string& error() const { return error_; }
+  const std::string& a() const { return a_; }
+  const std::string& b() const { return b_; }
+
+ private:
+  std::string a_, b_, error_;
+  bool ok_ = false;
+};
+
+std::vector<std::string> config_overrides(const std::string& out) {
+  return {"model_name_or_path=qwen3-debug", "tokenizer=" HP_SOURCE_DIR "/examples/tokenizer", "dataset=synthetic_reverse",
+          "template=qwen3",   "max_samples=200",   "cutoff_len=64",  "learning_rate=3.0e-3", "warmup_steps=1",
+          "max_steps=5",      "logging_steps=1",   "seed=3",         "overwrite_output_dir=true", "output_dir=" + out};
+}
+
+}  // namespace
+
+TEST(MultiHost, TwoNodesInNetworkNamespacesTrainHsdpLikeOneProcess) {
+  if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root (CAP_NET_ADMIN); not run";
+  TwoNodeNetwork net;
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces here: " << net.error();
+
+  const std::string out = ::testing::TempDir() + "hp_multihost";
+  fs::remove_all(out);
+  const int port = hp::launch::find_free_port();
+  std::vector<hp::testing::SubprocessResult> nodes(2);
+  std::vector<std::thread> threads;
+  for (int node = 0; node < 2; ++node) {
+    threads.emplace_back([&, node] {
+      std::vector<std::string> argv = {"ip", "netns", "exec", node == 0 ? net.a() : net.b(), HP_CLI_PATH, "run", "--nnodes", "2",
+                                       "--node-rank", std::to_string(node), "--nproc-per-node", "2", "--master-addr", "10.77.0.1",
+                                       "--master-port", std::to_string(port), "--", HP_CLI_PATH, "train",
+                                       "--per_device_train_batch_size=2", "--fsdp_config.dp_shard_size=2"};
+      for (const auto& o : config_overrides(out)) argv.push_back("--" + o);
+      nodes[node] = hp::testing::run_subprocess(argv, {std::chrono::seconds(180), {}, {}, {}});
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(nodes[0].exit_code, 0) << nodes[0].output;
+  ASSERT_EQ(nodes[1].exit_code, 0) << nodes[1].output;
+  EXPECT_NE(nodes[0].output.find("(dp_replicate=2, dp_shard=2)"), std::string::npos) << nodes[0].output;
+
+  // The reference: one process with the same global batch of 8 rows.
+  auto overrides = config_overrides(out + "_reference");
+  overrides.push_back("per_device_train_batch_size=8");
+  std::ostringstream log;
+  const auto reference = hp::train::run_training(hp::train::load_train_config("", overrides),
+                                                 hp::comm::init_process_group(hp::comm::RendezvousInfo{}), log);
+  std::ifstream in(out + "/trainer_log.jsonl");
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  ASSERT_EQ(losses.size(), reference.step_losses.size());
+  for (size_t s = 0; s < losses.size(); ++s) {
+    EXPECT_NEAR(losses[s], reference.step_losses[s], 1e-5 * reference.step_losses[s]) << "step " << s + 1;
+  }
+  fs::remove_all(out);
+  fs::remove_all(out + "_reference");
+}
