@@ -40,9 +40,11 @@ WirePendingWork::WirePendingWork(std::vector<c10::intrusive_ptr<c10d::Work>> wor
                                  std::function<void()> finish, std::string what,
                                  std::chrono::milliseconds default_timeout,
                                  std::shared_ptr<std::atomic<int64_t>> wait_ns,
-                                 std::shared_ptr<platform::TraceRecorder> trace)
+                                 std::shared_ptr<platform::TraceRecorder> trace,
+                                 std::function<std::string()> diagnose)
     : works_(std::move(works)), finish_(std::move(finish)), what_(std::move(what)),
-      default_timeout_(default_timeout), wait_ns_(std::move(wait_ns)), trace_(std::move(trace)) {}
+      default_timeout_(default_timeout), wait_ns_(std::move(wait_ns)), trace_(std::move(trace)),
+      diagnose_(std::move(diagnose)) {}
 
 void WirePendingWork::wait(std::optional<std::chrono::milliseconds> timeout) {
   // Every return and throw counts the time spent here.
@@ -63,7 +65,13 @@ void WirePendingWork::wait(std::optional<std::chrono::milliseconds> timeout) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (auto& work : works_) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    wait_work(work, std::max(left, std::chrono::milliseconds(1)), what_);
+    try {
+      wait_work(work, std::max(left, std::chrono::milliseconds(1)), what_);
+    } catch (const CommError& e) {
+      const std::string culprits = diagnose_ ? diagnose_() : "";
+      if (culprits.empty()) throw;
+      throw CommError(std::string(e.what()) + "; " + culprits);
+    }
   }
   works_.clear();
   if (finish_) {
@@ -151,8 +159,12 @@ void record(Communicator::Impl& impl, CollectiveKind kind, int64_t bytes) {
 
 CommHandle make_handle(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish,
                        const std::string& what, const Communicator::Impl& impl) {
+  std::function<std::string()> diagnose;
+  if (impl.registry && impl.registry->liveness()) {
+    diagnose = [liveness = impl.registry->liveness(), ranks = impl.global_ranks] { return liveness->describe_unresponsive(ranks); };
+  }
   return CommHandle(std::make_unique<WirePendingWork>(std::move(works), std::move(finish), what,
-                                                      impl.options.timeout, impl.wait_ns, impl.trace));
+                                                      impl.options.timeout, impl.wait_ns, impl.trace, std::move(diagnose)));
 }
 
 CommHandle make_handle(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish,

@@ -42,9 +42,12 @@ struct Communicator::Impl {
 // CommError naming the collective and the group.
 class WirePendingWork : public PendingWork {
  public:
+  // `diagnose` runs when the collective fails and returns what to add to the error (which
+  // peers stopped responding), or "".
   WirePendingWork(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish,
                   std::string what, std::chrono::milliseconds default_timeout,
-                  std::shared_ptr<std::atomic<int64_t>> wait_ns, std::shared_ptr<platform::TraceRecorder> trace);
+                  std::shared_ptr<std::atomic<int64_t>> wait_ns, std::shared_ptr<platform::TraceRecorder> trace,
+                  std::function<std::string()> diagnose);
   void wait(std::optional<std::chrono::milliseconds> timeout) override;
   bool is_completed() override;
 
@@ -55,6 +58,7 @@ class WirePendingWork : public PendingWork {
   std::chrono::milliseconds default_timeout_;
   std::shared_ptr<std::atomic<int64_t>> wait_ns_;
   std::shared_ptr<platform::TraceRecorder> trace_;
+  std::function<std::string()> diagnose_;
   platform::TraceRecorder::Clock::time_point issued_ = platform::TraceRecorder::Clock::now();
 };
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "hyperparallel/comm/communicator.h"
+#include "peer_liveness.h"
 
 namespace hyperparallel::comm {
 
@@ -32,6 +33,9 @@ class GroupRegistry : public std::enable_shared_from_this<GroupRegistry> {
 
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
+  // Heartbeats of a multi-process world (null for one process); set once by init_process_group.
+  void set_liveness(std::shared_ptr<PeerLiveness> liveness) { liveness_ = std::move(liveness); }
+  const std::shared_ptr<PeerLiveness>& liveness() const { return liveness_; }
 
  private:
   struct Entry {
@@ -45,6 +49,7 @@ class GroupRegistry : public std::enable_shared_from_this<GroupRegistry> {
   int world_size_;
   CommOptions options_;
   std::shared_ptr<void> keep_alive_;  // rank 0's store server lives as long as the world
+  std::shared_ptr<PeerLiveness> liveness_;
   std::mutex mutex_;
   std::map<std::vector<int>, Entry> groups_;
 };

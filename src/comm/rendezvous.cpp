@@ -196,6 +196,12 @@ std::shared_ptr<Communicator> init_process_group(const RendezvousInfo& info, con
   Store store = make_store(info, options);
   auto registry = std::make_shared<GroupRegistry>(store.client, make_device(info), info.rank, info.world_size,
                                                   options, store.server);
+  if (info.world_size > 1) {
+    // Its own connection: heartbeats never queue behind another thread's blocking store wait.
+    const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
+    registry->set_liveness(std::make_shared<PeerLiveness>(
+        c10::make_intrusive<SocketStore>(info.master_addr, info.master_port, options.rendezvous_timeout), where, info.rank));
+  }
   std::vector<int> all(info.world_size);
   for (int r = 0; r < info.world_size; ++r) all[r] = r;
   return registry->get_or_create(all, "world");

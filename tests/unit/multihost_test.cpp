@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <csignal>
+#include <sstream>
 #include <thread>
 
 #include "hyperparallel/comm/rendezvous.h"
@@ -60,6 +62,16 @@ std::vector<std::string> config_overrides(const std::string& out) {
           "max_steps=5",      "logging_steps=1",   "seed=3",         "overwrite_output_dir=true", "output_dir=" + out};
 }
 
+// `hyperparallel run` of one node of the 2 x 2 job, inside the node's namespace.
+std::vector<std::string> node_command(const TwoNodeNetwork& net, int node, int port, const std::vector<std::string>& overrides) {
+  std::vector<std::string> argv = {"ip", "netns", "exec", node == 0 ? net.a() : net.b(), HP_CLI_PATH, "run", "--nnodes", "2",
+                                   "--node-rank", std::to_string(node), "--nproc-per-node", "2", "--master-addr", "10.77.0.1",
+                                   "--master-port", std::to_string(port), "--", HP_CLI_PATH, "train",
+                                   "--per_device_train_batch_size=2", "--fsdp_config.dp_shard_size=2"};
+  for (const auto& o : overrides) argv.push_back("--" + o);
+  return argv;
+}
+
 }  // namespace
 
 TEST(MultiHost, TwoNodesInNetworkNamespacesTrainHsdpLikeOneProcess) {
@@ -74,12 +86,7 @@ TEST(MultiHost, TwoNodesInNetworkNamespacesTrainHsdpLikeOneProcess) {
   std::vector<std::thread> threads;
   for (int node = 0; node < 2; ++node) {
     threads.emplace_back([&, node] {
-      std::vector<std::string> argv = {"ip", "netns", "exec", node == 0 ? net.a() : net.b(), HP_CLI_PATH, "run", "--nnodes", "2",
-                                       "--node-rank", std::to_string(node), "--nproc-per-node", "2", "--master-addr", "10.77.0.1",
-                                       "--master-port", std::to_string(port), "--", HP_CLI_PATH, "train",
-                                       "--per_device_train_batch_size=2", "--fsdp_config.dp_shard_size=2"};
-      for (const auto& o : config_overrides(out)) argv.push_back("--" + o);
-      nodes[node] = hp::testing::run_subprocess(argv, {std::chrono::seconds(180), {}, {}, {}});
+      nodes[node] = hp::testing::run_subprocess(node_command(net, node, port, config_overrides(out)), {std::chrono::seconds(180), {}, {}, {}});
     });
   }
   for (auto& t : threads) t.join();
@@ -102,4 +109,47 @@ TEST(MultiHost, TwoNodesInNetworkNamespacesTrainHsdpLikeOneProcess) {
   }
   fs::remove_all(out);
   fs::remove_all(out + "_reference");
+}
+
+TEST(MultiHost, KillingOneNodeStopsTheOtherNamingItsRanks) {
+  // kill -9 of every process of node 1 mid-training: node 0's ranks fail their next collective
+  // (the peers' connections close), name ranks 2 and 3 from the store's heartbeats, and its
+  // launcher exits non-zero — well within 60 s.
+  if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root (CAP_NET_ADMIN); not run";
+  TwoNodeNetwork net;
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces here: " << net.error();
+  const std::string out = ::testing::TempDir() + "hp_multihost_kill";
+  fs::remove_all(out);
+  auto overrides = config_overrides(out);
+  overrides.push_back("max_steps=100000");
+  const int port = hp::launch::find_free_port();
+  std::vector<hp::testing::SubprocessResult> nodes(2);
+  std::vector<std::thread> threads;
+  for (int node = 0; node < 2; ++node) {
+    threads.emplace_back([&, node] {
+      nodes[node] = hp::testing::run_subprocess(node_command(net, node, port, overrides), {std::chrono::seconds(180), {}, {}, {}});
+    });
+  }
+  bool training = false;
+  for (int i = 0; i < 600 && !training; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream log(out + "/trainer_log.jsonl");
+    std::string line;
+    training = static_cast<bool>(std::getline(log, line));
+  }
+  std::string pids;
+  sh({"ip", "netns", "pids", net.b()}, &pids);
+  const auto killed_at = std::chrono::steady_clock::now();
+  std::istringstream list(pids);
+  for (int pid; list >> pid;) kill(pid, SIGKILL);
+  for (auto& t : threads) t.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  ASSERT_TRUE(training) << nodes[0].output;
+  EXPECT_NE(nodes[0].exit_code, 0) << nodes[0].output;
+  EXPECT_LT(seconds, 60);
+  EXPECT_TRUE(nodes[0].output.find("rank 2 stopped responding") != std::string::npos ||
+              nodes[0].output.find("rank 3 stopped responding") != std::string::npos)
+      << nodes[0].output;
+  std::cout << "node 0 stopped " << seconds << " s after node 1 was killed\n";
+  fs::remove_all(out);
 }
