@@ -63,7 +63,8 @@ const char* to_string(UnitState state) {
 FSDPUnit::FSDPUnit(std::vector<torch::nn::Module*> modules, std::vector<Param> params, NamedTensors replicated,
                    std::shared_ptr<comm::Communicator> shard_comm, std::shared_ptr<comm::Communicator> replicate_comm,
                    std::shared_ptr<comm::Communicator> dp_comm, const FullyShardOptions& options)
-    : modules_(std::move(modules)),
+    : mesh_(*options.mesh),
+      modules_(std::move(modules)),
       shard_comm_(std::move(shard_comm)),
       replicate_comm_(std::move(replicate_comm)),
       dp_comm_(std::move(dp_comm)),

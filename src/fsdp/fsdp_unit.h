@@ -88,6 +88,7 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
            std::shared_ptr<comm::Communicator> shard_comm, std::shared_ptr<comm::Communicator> replicate_comm,
            std::shared_ptr<comm::Communicator> dp_comm, const FullyShardOptions& options);
 
+  const mesh::DeviceMesh& mesh() const { return mesh_; }
   void pre_forward() override;
   at::Tensor cast_input(at::Tensor input) override;
   at::Tensor post_forward(at::Tensor output) override;
@@ -124,6 +125,7 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   void load_full(size_t i, const at::Tensor& full);
 
  private:
+  mesh::DeviceMesh mesh_;
   void pre_backward();
   void on_grad_ready(size_t index);
   void issue_reduce_scatter();

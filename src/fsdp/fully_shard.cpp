@@ -25,11 +25,37 @@ FSDPModule fully_shard(torch::nn::Module& module, const FullyShardOptions& optio
   return fully_shard(std::vector<torch::nn::Module*>{&module}, options);
 }
 
-FSDPModule fully_shard(const std::vector<torch::nn::Module*>& modules, const FullyShardOptions& options) {
-  if (!options.mesh) {
-    throw UserError("fully_shard: FullyShardOptions::mesh is empty; pass a 1-D mesh, e.g. "
-                    "init_device_mesh(world, \"cpu\", {world->size()}, {\"dp_shard\"})");
+namespace {
+
+// No mesh given: the one every unit already sharded below `modules` uses. There is no global
+// default process group to fall back on, so the first fully_shard call (bottom-up: a decoder
+// layer) names the mesh and the calls above it (the root) may leave it out.
+mesh::DeviceMesh inherited_mesh(const std::vector<torch::nn::Module*>& modules) {
+  std::optional<mesh::DeviceMesh> found;
+  for (torch::nn::Module* module : modules) {
+    for (const auto& item : module->named_modules("", /*include_self=*/false)) {
+      auto* unit = dynamic_cast<FSDPUnit*>(find_hooks(*item.value()));
+      if (!unit) continue;
+      if (found && (found->comm() != unit->mesh().comm() || found->shape() != unit->mesh().shape())) {
+        throw UserError("fully_shard: FullyShardOptions::mesh is empty and the units below use different meshes (" +
+                        found->to_string() + ", " + unit->mesh().to_string() + "); pass the mesh explicitly");
+      }
+      found = unit->mesh();
+    }
   }
+  if (!found) {
+    throw UserError("fully_shard: FullyShardOptions::mesh is empty and no module below is sharded yet; pass a mesh, e.g. "
+                    "init_device_mesh(world, \"cpu\", {world->size()}, {\"dp_shard\"}), to the first call (later "
+                    "calls on modules above it inherit it; there is no global default group)");
+  }
+  return *found;
+}
+
+}  // namespace
+
+FSDPModule fully_shard(const std::vector<torch::nn::Module*>& modules, const FullyShardOptions& given) {
+  FullyShardOptions options = given;
+  if (!options.mesh) options.mesh = inherited_mesh(modules);
   if (options.mesh->ndim() > 2) {
     throw UserError("fully_shard: mesh " + options.mesh->to_string() +
                     " has more than two axes; use a 1-D mesh (FSDP) or a 2-D (replicate, shard) mesh (HSDP)");

@@ -511,6 +511,22 @@ TEST(FsdpShards, TraceRecordsComputeAndCollectivesOfEveryUnit) {
   });
 }
 
+TEST(FsdpShards, TheRootInheritsTheMeshOfTheUnitsBelow) {
+  testing::run_on_ranks(2, [](testing::RankContext& ctx) {
+    auto model = make_model();
+    fsdp::FullyShardOptions options;
+    options.mesh = mesh::init_device_mesh(ctx.world, "cpu", {2}, {"dp_shard"});
+    for (auto& block : model->blocks) fsdp::fully_shard(*block, options);
+    fsdp::FSDPModule root = fsdp::fully_shard(*model, fsdp::FullyShardOptions{});  // no mesh: the layers'
+    const auto shards = fsdp::sharded_state_dict(*model);
+    const auto& embed = shards.at("embed.weight");
+    EXPECT_EQ(embed.global_shape[0], kVocab);  // 37 rows over 2 ranks: 19 and 18
+    EXPECT_EQ(embed.local.size(0), ctx.rank == 0 ? 19 : 18);
+    EXPECT_EQ(embed.row_offset, ctx.rank * 19);
+    EXPECT_EQ(root.state(), fsdp::UnitState::kSharded);
+  });
+}
+
 TEST(FsdpShards, TiedParametersAcrossUnitsAreAnError) {
   auto world = comm::init_process_group(comm::RendezvousInfo{});
   auto mesh = mesh::init_device_mesh(world, "cpu", {1}, {"dp_shard"});
@@ -529,7 +545,12 @@ TEST(FsdpShards, TiedParametersAcrossUnitsAreAnError) {
         << e.what();
   }
   fsdp::FullyShardOptions no_mesh;
-  EXPECT_THROW(fsdp::fully_shard(*model->blocks[1], no_mesh), UserError);
+  try {
+    fsdp::fully_shard(*model->blocks[1], no_mesh);
+    ADD_FAILURE() << "no error for a first fully_shard without a mesh";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("no module below is sharded yet; pass a mesh"), std::string::npos) << e.what();
+  }
   fsdp::FullyShardOptions bad_group = options;
   bad_group.reshard_after_forward = 2;  // 2 does not divide a shard group of 1
   try {

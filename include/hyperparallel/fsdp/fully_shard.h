@@ -59,10 +59,11 @@ struct CPUOffloadPolicy : OffloadPolicy {
 };
 
 struct FullyShardOptions {
-  // The ranks to shard over. Required (there is no global default group). 1-D: FSDP over
-  // its ranks. 2-D (replicate, shard): HSDP — shard over the second axis, replicate over the
+  // The ranks to shard over. 1-D: FSDP over its ranks. 2-D (replicate, shard): HSDP — shard over the second axis, replicate over the
   // first; gradients are reduce-scattered within a shard group, then all-reduced across
-  // replicas.
+  // replicas. Empty: the mesh of the units already sharded below (so with bottom-up
+  // application only the first call names it); a UserError when there are none — there is
+  // no global default process group to fall back on.
   std::optional<mesh::DeviceMesh> mesh;
   // After forward: true frees the full parameters (all-gather again in backward); false
   // keeps them; an int k (a divisor of the shard-group size, 1 < k < size) keeps them
