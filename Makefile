@@ -5,7 +5,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
-.PHONY: all setup configure build test test-long demo bench fuzz clean
+.PHONY: all setup configure build test test-long test-asan demo bench fuzz clean
 
 all: build
 
@@ -32,6 +32,14 @@ DEMO_PROMPT ?= Reverse the words: moon river stone bird cloud
 demo: build
 	$(BUILD_DIR)/hyperparallel train examples/demo_sft.yaml
 	$(BUILD_DIR)/hyperparallel generate --model output/demo_sft --prompt "$(DEMO_PROMPT)"
+
+# The default tests built with ASan + UBSan in build-asan/ (slow: a cold build and a run take
+# several times make test). Leaks are not checked: LibTorch keeps its globals to exit.
+test-asan: setup
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DHP_SANITIZE=ON
+	cmake --build build-asan -j $(JOBS) --target hp_tests hyperparallel cpp_api_sft_steps fsdp_custom_module
+	cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest -L default --output-on-failure -j 2
 
 # libFuzzer targets (fuzz/) under ASan + UBSan, FUZZ_SECONDS each (default 60).
 fuzz: setup
