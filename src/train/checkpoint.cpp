@@ -27,6 +27,12 @@ constexpr const char* kPrefix = "checkpoint-";
 
 std::string rank_file(int rank) { return "rank-" + std::to_string(rank) + ".safetensors"; }
 
+std::string hex64(uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
 // FNV-1a 64 of a file's bytes, as 16 hex digits.
 std::string file_checksum(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -40,9 +46,7 @@ std::string file_checksum(const std::string& path) {
       h *= 1099511628211ull;
     }
   }
-  char text[17];
-  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(h));
-  return text;
+  return hex64(h);
 }
 
 torch::optim::AdamWParamState* adam_state(torch::optim::AdamW& optimizer, const at::Tensor& param) {
@@ -83,12 +87,11 @@ nlohmann::json info_json(const CheckpointInfo& info) {
 // Every piece of every tensor in a checkpoint's rank files, and reads of any rows of them.
 class ShardReader {
  public:
-  ShardReader(const std::string& dir, const nlohmann::json& files, int own_rank) {
-    for (int r = 0; r < static_cast<int>(files.size()); ++r) {
+  ShardReader(const std::string& dir, const std::vector<std::string>& checksums, int own_rank) {
+    for (int r = 0; r < static_cast<int>(checksums.size()); ++r) {
       const std::string path = (fs::path(dir) / rank_file(r)).string();
       if (!fs::is_regular_file(path)) throw UserError("checkpoint " + dir + " is missing " + rank_file(r) + "; it is damaged");
-      const std::string want = files[static_cast<size_t>(r)].at("fnv1a64").get<std::string>();
-      if (file_checksum(path) != want) {
+      if (file_checksum(path) != checksums[static_cast<size_t>(r)]) {
         throw UserError("checkpoint file " + path + " does not match its checksum in " + kStateFile +
                         "; the checkpoint is damaged, resume from another one");
       }
@@ -213,9 +216,9 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointInfo&
     nlohmann::json state = info_json(info);
     state["files"] = nlohmann::json::array();
     for (int r = 0; r < world.size(); ++r) {
-      char text[17];
-      std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(all[2 * r].item<int64_t>()));
-      state["files"].push_back({{"name", rank_file(r)}, {"bytes", all[2 * r + 1].item<int64_t>()}, {"fnv1a64", text}});
+      state["files"].push_back({{"name", rank_file(r)},
+                                {"bytes", all[2 * r + 1].item<int64_t>()},
+                                {"fnv1a64", hex64(static_cast<uint64_t>(all[2 * r].item<int64_t>()))}});
     }
     if (!extras.config_json.empty()) io::write_file_atomically((partial / "config.json").string(), extras.config_json);
     if (!extras.tokenizer_dir.empty()) data::copy_tokenizer_files(extras.tokenizer_dir, partial.string());
@@ -264,6 +267,7 @@ CheckpointInfo read_checkpoint_info(const std::string& dir) {
     info.mesh_shape = j.at("mesh_shape").get<std::vector<int64_t>>();
     info.model = j.at("model").get<std::string>();
     if (j.at("files").size() != static_cast<size_t>(info.world_size)) throw UserError("files does not list one file per rank");
+    for (const auto& f : j.at("files")) info.file_checksums.push_back(f.at("fnv1a64").get<std::string>());
     return info;
   } catch (const nlohmann::json::exception& e) {
     throw UserError(path + " is damaged (" + e.what() + "); use another checkpoint");
@@ -274,9 +278,7 @@ CheckpointInfo read_checkpoint_info(const std::string& dir) {
 
 CheckpointInfo load_checkpoint(const std::string& dir, torch::nn::Module& model, torch::optim::AdamW* optimizer, int world_rank) {
   const CheckpointInfo info = read_checkpoint_info(dir);
-  std::ifstream in((fs::path(dir) / kStateFile).string());
-  const nlohmann::json files = nlohmann::json::parse(in).at("files");
-  const ShardReader reader(dir, files, world_rank);
+  const ShardReader reader(dir, info.file_checksums, world_rank);
 
   const auto shapes = fsdp::full_parameter_shapes(model);
   for (const auto& [name, shape] : shapes) {

@@ -72,6 +72,20 @@ std::vector<std::string> node_command(const TwoNodeNetwork& net, int node, int p
   return argv;
 }
 
+// Both nodes at once, each in its own thread; returns when both have ended.
+std::vector<hp::testing::SubprocessResult> run_both_nodes(const TwoNodeNetwork& net, const std::vector<std::string>& overrides) {
+  const int port = hp::launch::find_free_port();
+  std::vector<hp::testing::SubprocessResult> nodes(2);
+  std::vector<std::thread> threads;
+  for (int node = 0; node < 2; ++node) {
+    threads.emplace_back([&, node] {
+      nodes[node] = hp::testing::run_subprocess(node_command(net, node, port, overrides), {std::chrono::seconds(180), {}, {}, {}});
+    });
+  }
+  for (auto& t : threads) t.join();
+  return nodes;
+}
+
 }  // namespace
 
 TEST(MultiHost, TwoNodesInNetworkNamespacesTrainHsdpLikeOneProcess) {
@@ -81,15 +95,7 @@ TEST(MultiHost, TwoNodesInNetworkNamespacesTrainHsdpLikeOneProcess) {
 
   const std::string out = ::testing::TempDir() + "hp_multihost";
   fs::remove_all(out);
-  const int port = hp::launch::find_free_port();
-  std::vector<hp::testing::SubprocessResult> nodes(2);
-  std::vector<std::thread> threads;
-  for (int node = 0; node < 2; ++node) {
-    threads.emplace_back([&, node] {
-      nodes[node] = hp::testing::run_subprocess(node_command(net, node, port, config_overrides(out)), {std::chrono::seconds(180), {}, {}, {}});
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto nodes = run_both_nodes(net, config_overrides(out));
   ASSERT_EQ(nodes[0].exit_code, 0) << nodes[0].output;
   ASSERT_EQ(nodes[1].exit_code, 0) << nodes[1].output;
   EXPECT_NE(nodes[0].output.find("(dp_replicate=2, dp_shard=2)"), std::string::npos) << nodes[0].output;
@@ -122,14 +128,8 @@ TEST(MultiHost, KillingOneNodeStopsTheOtherNamingItsRanks) {
   fs::remove_all(out);
   auto overrides = config_overrides(out);
   overrides.push_back("max_steps=100000");
-  const int port = hp::launch::find_free_port();
-  std::vector<hp::testing::SubprocessResult> nodes(2);
-  std::vector<std::thread> threads;
-  for (int node = 0; node < 2; ++node) {
-    threads.emplace_back([&, node] {
-      nodes[node] = hp::testing::run_subprocess(node_command(net, node, port, overrides), {std::chrono::seconds(180), {}, {}, {}});
-    });
-  }
+  std::vector<hp::testing::SubprocessResult> nodes;
+  std::thread job([&] { nodes = run_both_nodes(net, overrides); });
   bool training = false;
   for (int i = 0; i < 600 && !training; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -142,7 +142,7 @@ TEST(MultiHost, KillingOneNodeStopsTheOtherNamingItsRanks) {
   const auto killed_at = std::chrono::steady_clock::now();
   std::istringstream list(pids);
   for (int pid; list >> pid;) kill(pid, SIGKILL);
-  for (auto& t : threads) t.join();
+  job.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   ASSERT_TRUE(training) << nodes[0].output;
   EXPECT_NE(nodes[0].exit_code, 0) << nodes[0].output;

@@ -47,6 +47,7 @@ struct CheckpointInfo {
   int64_t world_size = 1;
   std::vector<int64_t> mesh_shape;
   std::string model;               // model_name_or_path of the run
+  std::vector<std::string> file_checksums;  // per rank file, FNV-1a 64 as hex (read only)
 };
 
 // What goes next to the shards: the model's config.json text and a tokenizer folder to copy.
