@@ -1,35 +1,118 @@
-// Heartbeats in the store and the verdict after a failed collective. See peer_liveness.h.
+// Heartbeats in the store, the watchdog, and the verdict after a failed collective. See
+// peer_liveness.h.
 #include "peer_liveness.h"
+
+#include <cstdio>
 
 namespace hyperparallel::comm {
 namespace {
+
 std::string key_of(int rank) { return "hp/alive/" + std::to_string(rank); }
+
+// Added to a counter when its rank ends cleanly: a negative count means "finished".
+constexpr int64_t kFinishedMark = -(int64_t{1} << 40);
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", static_cast<double>(d.count()) / 1000.0);
+  return text;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "rank " : ", rank ") + std::to_string(r);
+  return text;
+}
+
 }  // namespace
 
-PeerLiveness::PeerLiveness(c10::intrusive_ptr<c10d::Store> store, std::string store_address, int rank,
+PeerLiveness::PeerLiveness(c10::intrusive_ptr<SocketStore> store, std::string store_address, int rank,
                            std::chrono::milliseconds interval)
     : store_(std::move(store)), store_address_(std::move(store_address)), rank_(rank), interval_(interval) {
   store_->add(key_of(rank_), 1);
-  thread_ = std::thread([this] { beat(); });
+  store_answered_ = Clock::now();
+  beat_thread_ = std::thread([this] { beat(); });
 }
 
 PeerLiveness::~PeerLiveness() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+  std::unique_lock<std::mutex> lock(mutex_);
+  stop_ = true;
+  changed_.notify_all();
+  // The heartbeat thread may be stuck on a store that vanished without closing the
+  // connection; give it a moment to mark this rank finished, then cut the connection.
+  if (!changed_.wait_for(lock, 2 * interval_, [this] { return beat_ended_; })) store_->interrupt();
+  lock.unlock();
+  beat_thread_.join();
+  if (judge_thread_.joinable()) judge_thread_.join();
+}
+
+void PeerLiveness::watch(const std::vector<int>& world_ranks, std::chrono::milliseconds timeout, OnLost on_lost) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto now = Clock::now();
+  for (int r : world_ranks) {
+    if (r != rank_) watched_.push_back({r, -1, now, false});
   }
-  stop_cv_.notify_all();
-  thread_.join();
+  timeout_ = timeout;
+  on_lost_ = std::move(on_lost);
+  store_answered_ = now;
+  judge_thread_ = std::thread([this] { judge(); });
 }
 
 void PeerLiveness::beat() {
   std::unique_lock<std::mutex> lock(mutex_);
-  while (!stop_cv_.wait_for(lock, interval_, [this] { return stop_; })) {
+  while (!changed_.wait_for(lock, interval_, [this] { return stop_; })) {
+    std::vector<int> ranks;
+    for (const auto& w : watched_) ranks.push_back(w.rank);
+    lock.unlock();
+    std::vector<int64_t> counts;
+    bool answered = true;
     try {
       store_->add(key_of(rank_), 1);
+      for (int r : ranks) counts.push_back(count_of(r));
     } catch (const std::exception&) {
-      // The store is gone (rank 0's host ended); the next collective reports it.
+      answered = false;  // the store is gone; the watchdog or the next collective reports it
     }
+    lock.lock();
+    if (!answered) continue;
+    const auto now = Clock::now();
+    store_answered_ = now;
+    for (size_t i = 0; i < counts.size() && i < watched_.size(); ++i) {
+      Watched& w = watched_[i];
+      if (counts[i] != w.count) w.moved = now;
+      w.count = counts[i];
+      w.finished = counts[i] < 0;
+    }
+  }
+  lock.unlock();
+  try {
+    store_->add(key_of(rank_), kFinishedMark);
+  } catch (const std::exception&) {
+  }
+  lock.lock();
+  beat_ended_ = true;
+  changed_.notify_all();
+}
+
+void PeerLiveness::judge() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!changed_.wait_for(lock, interval_, [this] { return stop_; })) {
+    const auto now = Clock::now();
+    std::string message;
+    if (now - store_answered_ > timeout_) {
+      message = "the rendezvous store at " + store_address_ + " has not answered for " + seconds_text(timeout_) +
+                " s: rank 0's host is down or cannot be reached";
+    } else {
+      std::vector<int> silent;
+      for (const auto& w : watched_) {
+        if (!w.finished && now - w.moved > timeout_) silent.push_back(w.rank);
+      }
+      if (!silent.empty()) message = rank_list(silent) + " stopped responding (no heartbeat for " + seconds_text(timeout_) + " s)";
+    }
+    if (message.empty()) continue;
+    OnLost on_lost = on_lost_;
+    lock.unlock();
+    on_lost(message);
+    return;
   }
 }
 
@@ -44,15 +127,19 @@ std::string PeerLiveness::describe_unresponsive(const std::vector<int>& world_ra
     std::vector<int64_t> before;
     for (int r : others) before.push_back(count_of(r));
     std::this_thread::sleep_for(3 * interval_);
-    std::string dead;
+    std::vector<int> silent, ended;
     for (size_t i = 0; i < others.size(); ++i) {
-      if (count_of(others[i]) == before[i]) dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(others[i]);
+      const int64_t now = count_of(others[i]);
+      if (now < 0) {
+        ended.push_back(others[i]);
+      } else if (now == before[i]) {
+        silent.push_back(others[i]);
+      }
     }
-    if (dead.empty()) return "";
-    const auto seconds = std::chrono::duration_cast<std::chrono::milliseconds>(3 * interval_).count() / 1000.0;
-    char text[64];
-    std::snprintf(text, sizeof(text), "%.0f", seconds);
-    return dead + " stopped responding (no heartbeat for " + text + " s)";
+    std::string text;
+    if (!silent.empty()) text = rank_list(silent) + " stopped responding (no heartbeat for " + seconds_text(3 * interval_) + " s)";
+    if (!ended.empty()) text += (text.empty() ? "" : "; ") + rank_list(ended) + " had already ended";
+    return text;
   } catch (const std::exception&) {
     return "the rendezvous store at " + store_address_ + " cannot be reached: rank 0's host has stopped";
   }

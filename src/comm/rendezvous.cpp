@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 
 #include "group_registry.h"
@@ -151,6 +152,16 @@ RendezvousInfo read_launcher_vars(const EnvLookup& env, const LauncherVars& vars
   return info;
 }
 
+// The watchdog's default: say who was lost and end this process (a Gloo collective blocked
+// on a vanished peer cannot be cancelled); the launcher then stops the other local ranks.
+PeerLiveness::OnLost stop_this_rank(int rank) {
+  return [rank](const std::string& message) {
+    std::fprintf(stderr, "hyperparallel watchdog on rank %d: %s; ending this rank (heartbeat_timeout_s)\n", rank, message.c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  };
+}
+
 }  // namespace
 
 EnvLookup process_environment() {
@@ -196,15 +207,22 @@ std::shared_ptr<Communicator> init_process_group(const RendezvousInfo& info, con
   Store store = make_store(info, options);
   auto registry = std::make_shared<GroupRegistry>(store.client, make_device(info), info.rank, info.world_size,
                                                   options, store.server);
+  std::shared_ptr<PeerLiveness> liveness;
   if (info.world_size > 1) {
     // Its own connection: heartbeats never queue behind another thread's blocking store wait.
     const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
-    registry->set_liveness(std::make_shared<PeerLiveness>(
-        c10::make_intrusive<SocketStore>(info.master_addr, info.master_port, options.rendezvous_timeout), where, info.rank));
+    liveness = std::make_shared<PeerLiveness>(
+        c10::make_intrusive<SocketStore>(info.master_addr, info.master_port, options.rendezvous_timeout), where, info.rank);
+    registry->set_liveness(liveness);
   }
   std::vector<int> all(info.world_size);
   for (int r = 0; r < info.world_size; ++r) all[r] = r;
-  return registry->get_or_create(all, "world");
+  auto world = registry->get_or_create(all, "world");
+  // Watch only once every rank has joined: a slow starter is the rendezvous timeout's business.
+  if (liveness && options.heartbeat_timeout.count() > 0) {
+    liveness->watch(all, options.heartbeat_timeout, options.on_peer_lost ? options.on_peer_lost : stop_this_rank(info.rank));
+  }
+  return world;
 }
 
 }  // namespace hyperparallel::comm

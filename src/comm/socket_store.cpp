@@ -322,6 +322,10 @@ SocketStore::~SocketStore() {
   if (fd_ >= 0) close(fd_);
 }
 
+void SocketStore::interrupt() {
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
 std::vector<uint8_t> SocketStore::request(const std::vector<uint8_t>& message) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<uint8_t> reply;

@@ -68,6 +68,10 @@ class SocketStore : public c10d::Store {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
+  // Cuts the connection from any thread: a request blocked on a server that vanished
+  // without closing it fails at once, and so does every later one.
+  void interrupt();
+
  private:
   std::vector<uint8_t> request(const std::vector<uint8_t>& message);
 

@@ -220,6 +220,7 @@ LaunchResult launch_ranks(const LaunchSpec& spec_in) {
     for (auto& c : children) {
       if (!c.running) continue;
       killpg(c.outcome.pid, sig);
+      if (sig != SIGKILL) killpg(c.outcome.pid, SIGCONT);  // a stopped (frozen) rank must see it too
       c.outcome.stopped_by_launcher = true;
     }
     if (!stopping) kill_at = Clock::now() + spec.kill_grace;

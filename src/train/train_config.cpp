@@ -191,6 +191,7 @@ const std::vector<KeyDef>& key_table() {
         // processes
         {{"nproc_per_node", "int >= 1", "1", "local ranks that `hyperparallel train` starts (ignored under a launcher)"}, int_at_least(&C::nproc_per_node, 1)},
         {{"comm_timeout_s", "float > 0", "300", "a collective that waits longer fails the run"}, positive_float(&C::comm_timeout_s)},
+        {{"heartbeat_timeout_s", "float >= 0", "30", "a rank whose heartbeat stops this long (or a silent store) ends the run, even inside a collective; 0 = off"}, [](C& c, const std::string& k, const Value& v) { c.heartbeat_timeout_s = as_float(k, v, 0, INFINITY, false, false, "a number >= 0 (0 = off)"); }},
         // LlamaFactory keys accepted so its configs run unchanged
         {{"ddp_timeout", "int >= 1", "null", "LlamaFactory's name for comm_timeout_s (seconds)"}, [](C& c, const std::string& k, const Value& v) { c.comm_timeout_s = static_cast<double>(as_int(k, v, 1, "an integer >= 1 (seconds)")); }},
         {{"overwrite_cache", "bool", "false", "no effect: there is no preprocessing cache (each run tokenizes its data at the start)"}, boolean(&C::overwrite_cache)},

@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <csignal>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -33,7 +35,9 @@ bool sh(const std::vector<std::string>& argv, std::string* output = nullptr) {
 class TwoNodeNetwork {
  public:
   TwoNodeNetwork() : a_("hp_node_a_" + std::to_string(::getpid())), b_("hp_node_b_" + std::to_string(::getpid())) {
-    const std::string va = "hpva" + std::to_string(::getpid() % 100000), vb = "hpvb" + std::to_string(::getpid() % 100000);
+    const std::string va = "hpva" + std::to_string(::getpid() % 100000);
+    vb_ = "hpvb" + std::to_string(::getpid() % 100000);
+    const std::string& vb = vb_;
     ok_ = sh({"ip", "netns", "add", a_}, &error_) && sh({"ip", "netns", "add", b_}, &error_) &&
           sh({"ip", "link", "add", va, "type", "veth", "peer", "name", vb}, &error_) &&
           sh({"ip", "link", "set", va, "netns", a_}, &error_) && sh({"ip", "link", "set", vb, "netns", b_}, &error_) &&
@@ -50,9 +54,11 @@ class TwoNodeNetwork {
   const std::string& error() const { return error_; }
   const std::string& a() const { return a_; }
   const std::string& b() const { return b_; }
+  // Takes node B's link down: its packets vanish, no connection is closed (a partition).
+  bool cut() const { return sh({"ip", "-n", b_, "link", "set", vb_, "down"}); }
 
  private:
-  std::string a_, b_, error_;
+  std::string a_, b_, vb_, error_;
   bool ok_ = false;
 };
 
@@ -84,6 +90,33 @@ std::vector<hp::testing::SubprocessResult> run_both_nodes(const TwoNodeNetwork& 
   }
   for (auto& t : threads) t.join();
   return nodes;
+}
+
+// Starts an endless 2 x 2 training, waits until it logs a step, runs `interrupt`, and waits
+// for both nodes to end; returns their results and the seconds from the interruption.
+std::pair<std::vector<hp::testing::SubprocessResult>, double> interrupt_training(const TwoNodeNetwork& net, const std::string& out,
+                                                                                 const std::vector<std::string>& extra,
+                                                                                 const std::function<void()>& interrupt) {
+  fs::remove_all(out);
+  auto overrides = config_overrides(out);
+  overrides.push_back("max_steps=100000");
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  std::vector<hp::testing::SubprocessResult> nodes;
+  std::thread job([&] { nodes = run_both_nodes(net, overrides); });
+  bool training = false;
+  for (int i = 0; i < 600 && !training; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream log(out + "/trainer_log.jsonl");
+    std::string line;
+    training = static_cast<bool>(std::getline(log, line));
+  }
+  const auto at = std::chrono::steady_clock::now();
+  interrupt();
+  job.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count();
+  fs::remove_all(out);
+  EXPECT_TRUE(training) << nodes[0].output;
+  return {nodes, seconds};
 }
 
 }  // namespace
@@ -125,31 +158,38 @@ TEST(MultiHost, KillingOneNodeStopsTheOtherNamingItsRanks) {
   TwoNodeNetwork net;
   if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces here: " << net.error();
   const std::string out = ::testing::TempDir() + "hp_multihost_kill";
-  fs::remove_all(out);
-  auto overrides = config_overrides(out);
-  overrides.push_back("max_steps=100000");
-  std::vector<hp::testing::SubprocessResult> nodes;
-  std::thread job([&] { nodes = run_both_nodes(net, overrides); });
-  bool training = false;
-  for (int i = 0; i < 600 && !training; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream log(out + "/trainer_log.jsonl");
-    std::string line;
-    training = static_cast<bool>(std::getline(log, line));
-  }
-  std::string pids;
-  sh({"ip", "netns", "pids", net.b()}, &pids);
-  const auto killed_at = std::chrono::steady_clock::now();
-  std::istringstream list(pids);
-  for (int pid; list >> pid;) kill(pid, SIGKILL);
-  job.join();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
-  ASSERT_TRUE(training) << nodes[0].output;
+  const auto [nodes, seconds] = interrupt_training(net, out, {}, [&] {
+    std::string pids;
+    sh({"ip", "netns", "pids", net.b()}, &pids);
+    std::istringstream list(pids);
+    for (int pid; list >> pid;) kill(pid, SIGKILL);
+  });
   EXPECT_NE(nodes[0].exit_code, 0) << nodes[0].output;
   EXPECT_LT(seconds, 60);
   EXPECT_TRUE(nodes[0].output.find("rank 2 stopped responding") != std::string::npos ||
               nodes[0].output.find("rank 3 stopped responding") != std::string::npos)
       << nodes[0].output;
   std::cout << "node 0 stopped " << seconds << " s after node 1 was killed\n";
-  fs::remove_all(out);
+}
+
+TEST(MultiHost, ANodeCutOffTheNetworkIsNoticedOnBothSides) {
+  // Node 1's link goes down mid-training: no connection closes, packets just vanish, so
+  // Gloo alone would wait comm_timeout_s (300 s). The watchdogs see the silence after
+  // heartbeat_timeout_s: node 0 names ranks 2 and 3, node 1 says the store (on node 0) is gone.
+  if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root (CAP_NET_ADMIN); not run";
+  TwoNodeNetwork net;
+  if (!net.ok()) GTEST_SKIP() << "cannot create network namespaces here: " << net.error();
+  const std::string out = ::testing::TempDir() + "hp_multihost_cut";
+  const auto [nodes, seconds] = interrupt_training(net, out, {"heartbeat_timeout_s=5"}, [&] { ASSERT_TRUE(net.cut()); });
+  EXPECT_NE(nodes[0].exit_code, 0) << nodes[0].output;
+  EXPECT_NE(nodes[1].exit_code, 0) << nodes[1].output;
+  EXPECT_GE(seconds, 4);
+  EXPECT_LT(seconds, 60);
+  // Both are named when their last heartbeats fell in the same reading; otherwise the first.
+  EXPECT_TRUE(std::regex_search(nodes[0].output, std::regex("watchdog on rank [01]: rank [23](, rank 3)? stopped responding "
+                                                            "\\(no heartbeat for 5 s\\)")))
+      << nodes[0].output;
+  EXPECT_NE(nodes[1].output.find("has not answered for 5 s: rank 0's host is down or cannot be reached"), std::string::npos)
+      << nodes[1].output;
+  std::cout << "both nodes stopped " << seconds << " s after the link went down\n";
 }

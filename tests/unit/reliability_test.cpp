@@ -1,5 +1,5 @@
-// A training job under failure: one rank of `hyperparallel train` killed mid-run stops the
-// whole job quickly, names the rank, and leaves no process behind.
+// A training job under failure: one rank of `hyperparallel train` killed or frozen mid-run
+// stops the whole job quickly, names the rank, and leaves no process behind.
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -25,38 +25,94 @@ std::string environment_of(int pid, const std::string& name) {
 
 }  // namespace
 
-TEST(Reliability, ATrainingRankKilledMidRunStopsTheJobNamingIt) {
-  const std::string out = ::testing::TempDir() + "hp_reliability_kill_rank";
-  fs::remove_all(out);
-  const std::vector<std::string> argv = {HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--heldout_eval_samples=0",
-                                         "--max_steps=100000", "--logging_steps=1", "--nproc_per_node=3",
-                                         "--fsdp_config.dp_shard_size=-1", "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer",
-                                         "--output_dir=" + out};
-  hp::testing::SubprocessResult result;
-  std::thread job([&] { result = hp::testing::run_subprocess(argv, {std::chrono::seconds(120), {}, {}, {}}); });
-
-  // Wait until training runs (the log has lines), then SIGKILL rank 1 in the middle of a step.
-  int victim = 0;
-  for (int i = 0; i < 600 && victim == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream log(out + "/trainer_log.jsonl");
-    std::string line;
-    if (!std::getline(log, line)) continue;
-    for (int pid : hp::testing::processes_with(out)) {
-      if (environment_of(pid, "RANK") == "1") victim = pid;
-    }
+// A 3-rank `hyperparallel train` job of the demo that would run for ever, started in a
+// thread; `victim()` waits until it trains (the log has a line) and returns a rank's pid.
+class EndlessJob {
+ public:
+  explicit EndlessJob(const std::string& name, std::vector<std::string> extra = {}) : out_(::testing::TempDir() + name) {
+    fs::remove_all(out_);
+    std::vector<std::string> argv = {HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--heldout_eval_samples=0",
+                                     "--max_steps=100000", "--logging_steps=1", "--nproc_per_node=3",
+                                     "--fsdp_config.dp_shard_size=-1", "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer",
+                                     "--output_dir=" + out_};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    thread_ = std::thread([this, argv] { result_ = hp::testing::run_subprocess(argv, {std::chrono::seconds(120), {}, {}, {}}); });
   }
-  ASSERT_NE(victim, 0) << "rank 1 never started training";
-  const auto killed_at = std::chrono::steady_clock::now();
-  kill(victim, SIGKILL);
-  job.join();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  ~EndlessJob() {
+    if (thread_.joinable()) thread_.join();
+    fs::remove_all(out_);
+  }
+  int victim(int rank) const {
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::ifstream log(out_ + "/trainer_log.jsonl");
+      std::string line;
+      if (!std::getline(log, line)) continue;
+      for (int pid : hp::testing::processes_with(out_)) {
+        if (environment_of(pid, "RANK") == std::to_string(rank)) return pid;
+      }
+    }
+    return 0;
+  }
+  // Signals `pid` and waits for the job to end; returns the seconds it took.
+  double signal_and_wait(int pid, int signal) {
+    const auto at = std::chrono::steady_clock::now();
+    kill(pid, signal);
+    thread_.join();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count();
+  }
+  const hp::testing::SubprocessResult& result() const { return result_; }
+  bool leftovers() const { return !hp::testing::processes_with(out_).empty(); }
 
+ private:
+  std::string out_;
+  hp::testing::SubprocessResult result_;
+  std::thread thread_;
+};
+
+TEST(Reliability, ATrainingRankKilledMidRunStopsTheJobNamingIt) {
+  EndlessJob job("hp_reliability_kill_rank");
+  const int victim = job.victim(1);
+  ASSERT_NE(victim, 0) << "rank 1 never started training";
+  const double seconds = job.signal_and_wait(victim, SIGKILL);  // in the middle of a step
+  const auto& result = job.result();
   EXPECT_NE(result.exit_code, 0) << result.output;
   EXPECT_LT(seconds, 60) << result.output;
   EXPECT_NE(result.output.find("rank 1"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("SIGKILL"), std::string::npos) << result.output;
-  EXPECT_TRUE(hp::testing::processes_with(out).empty()) << "a rank outlived the job";
+  EXPECT_FALSE(job.leftovers()) << "a rank outlived the job";
   std::cout << "job ended " << seconds << " s after rank 1 was killed\n";
-  fs::remove_all(out);
+}
+
+TEST(Reliability, AFrozenRankIsNamedByTheWatchdogOfTheOthers) {
+  // SIGSTOP keeps the rank's sockets open, like a hung process or a host cut off the network:
+  // Gloo would wait for it until comm_timeout_s (300 s). The others' watchdogs see its
+  // heartbeat stop and end the job after heartbeat_timeout_s.
+  EndlessJob job("hp_reliability_freeze_rank", {"--heartbeat_timeout_s=3"});
+  const int victim = job.victim(1);
+  ASSERT_NE(victim, 0) << "rank 1 never started training";
+  const double seconds = job.signal_and_wait(victim, SIGSTOP);
+  const auto& result = job.result();
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_GE(seconds, 3) << result.output;
+  EXPECT_LT(seconds, 30) << result.output;
+  EXPECT_NE(result.output.find("rank 1 stopped responding (no heartbeat for 3 s); ending this rank (heartbeat_timeout_s)"),
+            std::string::npos) << result.output;
+  EXPECT_FALSE(job.leftovers()) << "a rank outlived the job (the frozen one must be killed too)";
+  std::cout << "job ended " << seconds << " s after rank 1 froze\n";
+}
+
+TEST(Reliability, AFrozenStoreHostIsReportedByTheWatchdogOfTheOthers) {
+  // Rank 0 hosts the rendezvous store; frozen, it neither answers nor closes its connections.
+  EndlessJob job("hp_reliability_freeze_rank0", {"--heartbeat_timeout_s=3"});
+  const int victim = job.victim(0);
+  ASSERT_NE(victim, 0) << "rank 0 never started training";
+  const double seconds = job.signal_and_wait(victim, SIGSTOP);
+  const auto& result = job.result();
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_LT(seconds, 30) << result.output;
+  EXPECT_NE(result.output.find("has not answered for 3 s: rank 0's host is down or cannot be reached"), std::string::npos)
+      << result.output;
+  EXPECT_FALSE(job.leftovers()) << "a rank outlived the job";
+  std::cout << "job ended " << seconds << " s after rank 0 froze\n";
 }

@@ -125,6 +125,7 @@ TEST(TrainConfig, BadConfigsFailWithExitCode2NamingTheKey) {
       {"tokenizer: /nonexistent\n", "tokenizer /nonexistent does not exist"},
       {"nproc_per_node: many\n", "nproc_per_node: 'many'"},
       {"comm_timeout_s: 0\n", "comm_timeout_s: '0'"},
+      {"heartbeat_timeout_s: -5\n", "heartbeat_timeout_s: '-5' is not allowed; expected a number >= 0 (0 = off)"},
       {"key without a value\n", "unknown key 'key without a value'"},
       {"learning_rate: [1\n", "is not valid YAML"},
   };

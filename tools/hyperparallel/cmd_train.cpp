@@ -56,6 +56,7 @@ int train_command(const Args& args) {
   platform::CachingHostAllocator::install();
   comm::CommOptions options;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
+  options.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.heartbeat_timeout_s * 1000));
   auto world = comm::init_process_group(info, options);
   std::ostringstream quiet;
   const char* bar = std::getenv("HP_PROGRESS_BAR");

@@ -21,6 +21,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,13 @@ struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // Limit for reaching the rendezvous store and for group creation.
   std::chrono::milliseconds rendezvous_timeout{std::chrono::seconds(120)};
+  // Watchdog (multi-process worlds): when a rank's heartbeat in the store stops for this
+  // long, or the store stops answering, on_peer_lost runs — also while this rank is blocked
+  // inside a collective. 0 = no watchdog (docs/comm.md "Liveness").
+  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(30)};
+  // Gets the sentence naming the lost rank(s). Empty: print it to stderr and end the process
+  // with exit code 1 — a collective blocked on a vanished peer cannot be cancelled otherwise.
+  std::function<void(const std::string& message)> on_peer_lost;
   // Testing aid: sleep a random 0..N ms (seeded by the world rank) before issuing each
   // collective, to expose races between ranks. 0 = off.
   int inject_delay_max_ms = 0;

@@ -90,6 +90,7 @@ struct TrainConfig {
   // processes
   int64_t nproc_per_node = 1;
   double comm_timeout_s = 300;
+  double heartbeat_timeout_s = 30;  // 0 = no watchdog
   // LlamaFactory keys accepted for compatibility (ddp_timeout sets comm_timeout_s).
   bool overwrite_cache = false;
   std::optional<int64_t> preprocessing_num_workers;
