@@ -10,6 +10,7 @@
 #include "byte_transport.h"
 #include "communicator_impl.h"
 #include "group_registry.h"
+#include "hyperparallel/platform/fault_injection.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel::comm {
@@ -146,6 +147,7 @@ void record(Communicator::Impl& impl, CollectiveKind kind, int64_t bytes) {
     std::lock_guard<std::mutex> lock(impl.counters_mutex);
     impl.counters.record(kind, bytes);
   }
+  if (impl.options.faults) impl.options.faults->pass(to_string(kind), impl.global_ranks[impl.rank]);
   if (impl.options.inject_delay_max_ms > 0) {
     // xorshift, seeded by the world rank: each rank delays differently, reproducibly.
     uint64_t& x = impl.delay_rng_state;
@@ -154,6 +156,25 @@ void record(Communicator::Impl& impl, CollectiveKind kind, int64_t bytes) {
     x ^= x >> 7;
     x ^= x << 17;
     std::this_thread::sleep_for(std::chrono::milliseconds(x % static_cast<uint64_t>(impl.options.inject_delay_max_ms + 1)));
+  }
+}
+
+// Gloo reports a connection broken by a dead peer again when the next operation on it is
+// issued, synchronously; give that the same message and verdict on the peers as a failure
+// seen in wait().
+template <class Start>
+auto issue(const Communicator::Impl& impl, const std::string& what, Start&& start) -> decltype(start()) {
+  try {
+    return start();
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string message = what + " failed: " + e.what() + " (a peer may have exited, or is not calling the same collective)";
+    if (impl.registry && impl.registry->liveness()) {
+      const std::string culprits = impl.registry->liveness()->describe_unresponsive(impl.global_ranks);
+      if (!culprits.empty()) message += "; " + culprits;
+    }
+    throw CommError(message);
   }
 }
 
@@ -280,7 +301,7 @@ CommHandle Communicator::all_gather_blocks(const at::Tensor& unsharded, const at
   // Every rank sends its pieces to every other rank and receives each peer's pieces straight
   // into their places in the output: the ring's (n-1) shards on the wire, no staging buffer
   // and no copy-out (Gloo's own allgather stages through a fresh buffer; docs/comm.md).
-  auto works = gather_pieces(*impl_, flat_bytes(shard), flat_bytes(unsharded), block_numels, esize);
+  auto works = issue(*impl_, what, [&] { return gather_pieces(*impl_, flat_bytes(shard), flat_bytes(unsharded), block_numels, esize); });
   return make_handle(std::move(works), nullptr, what, *impl_);
 }
 
@@ -315,8 +336,10 @@ CommHandle Communicator::reduce_scatter_blocks(const at::Tensor& shard, const at
       const int dst = (me + j) % n, src = (me - j + n) % n;
       std::vector<at::Tensor> send{in_bytes.narrow(0, in_offset + dst * piece, piece)};
       std::vector<at::Tensor> recv{scratch.narrow(0, src * shard_bytes + shard_offset, piece)};
-      works.push_back(impl_->group->recv(recv, src, tag));
-      works.push_back(impl_->group->send(send, dst, tag));
+      issue(*impl_, what, [&] {
+        works.push_back(impl_->group->recv(recv, src, tag));
+        works.push_back(impl_->group->send(send, dst, tag));
+      });
     }
     if (piece > 0) {
       scratch.narrow(0, me * shard_bytes + shard_offset, piece).copy_(in_bytes.narrow(0, in_offset + me * piece, piece));
@@ -355,7 +378,7 @@ CommHandle Communicator::reduce_scatter(const at::Tensor& output, const at::Tens
     reduce_rows_in_rank_order(received, op, output);
     pool->release(recv);
   };
-  auto work = impl_->group->alltoall_base(recv, send, even, even);
+  auto work = issue(*impl_, what, [&] { return impl_->group->alltoall_base(recv, send, even, even); });
   return make_handle(std::move(work), finish, what, *impl_);
 }
 
@@ -372,7 +395,7 @@ CommHandle Communicator::all_reduce(const at::Tensor& tensor, ReduceOp op) {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions opts;
     opts.reduceOp = to_c10d(op);
-    auto work = impl_->group->allreduce(tensors, opts);
+    auto work = issue(*impl_, what, [&] { return impl_->group->allreduce(tensors, opts); });
     std::function<void()> finish;
     if (op == ReduceOp::kAvg) finish = [tensor, n] { tensor.div_(static_cast<double>(n)); };
     return make_handle(std::move(work), finish, what, *impl_);
@@ -390,7 +413,7 @@ CommHandle Communicator::all_reduce(const at::Tensor& tensor, ReduceOp op) {
   at::Tensor received = recv.view(tensor.scalar_type()).view({n, shard});
   at::Tensor send = flat_bytes(padded);
   std::vector<int64_t> even;
-  auto work = impl_->group->alltoall_base(recv, send, even, even);
+  auto work = issue(*impl_, what, [&] { return impl_->group->alltoall_base(recv, send, even, even); });
   const int me = rank();
   Impl* impl = impl_.get();  // a Communicator outlives the handles it returns
   auto finish = [impl, what, recv, received, padded, tensor, shard, me, op]() {
@@ -399,7 +422,8 @@ CommHandle Communicator::all_reduce(const at::Tensor& tensor, ReduceOp op) {
     impl->scratch->release(recv);
     // The all-gather phase: my reduced slot is the input, in place.
     const int64_t esize = static_cast<int64_t>(padded.element_size());
-    for (auto& w : gather_pieces(*impl, flat_bytes(mine), flat_bytes(padded), {shard}, esize)) {
+    const auto works = issue(*impl, what, [&] { return gather_pieces(*impl, flat_bytes(mine), flat_bytes(padded), {shard}, esize); });
+    for (auto& w : works) {
       wait_work(w, impl->options.timeout, what + " (all-gather phase)");
     }
     if (padded.data_ptr() != tensor.data_ptr()) tensor.view({-1}).copy_(padded.narrow(0, 0, tensor.numel()));
@@ -416,7 +440,7 @@ CommHandle Communicator::broadcast(const at::Tensor& tensor, int root) {
   std::vector<at::Tensor> tensors{flat_bytes(tensor)};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
-  auto work = impl_->group->broadcast(tensors, opts);
+  auto work = issue(*impl_, what, [&] { return impl_->group->broadcast(tensors, opts); });
   return make_handle(std::move(work), nullptr, what, *impl_);
 }
 
@@ -470,7 +494,7 @@ CommHandle Communicator::all_to_all(const at::Tensor& output, const at::Tensor& 
   if (row_bytes == 0) return CommHandle();
   at::Tensor send = flat_bytes(input).view({in_rows, row_bytes});
   at::Tensor recv = flat_bytes(output).view({out_rows, row_bytes});
-  auto work = impl_->group->alltoall_base(recv, send, out_splits, in_splits);
+  auto work = issue(*impl_, what, [&] { return impl_->group->alltoall_base(recv, send, out_splits, in_splits); });
   return make_handle(std::move(work), nullptr, what, *impl_);
 }
 
@@ -481,7 +505,7 @@ CommHandle Communicator::send(const at::Tensor& tensor, int dst, int tag) {
   check_peer(dst, size(), what, "destination");
   record(*impl_, CollectiveKind::kSend, bytes_of(tensor));
   std::vector<at::Tensor> tensors{flat_bytes(tensor)};
-  auto work = impl_->group->send(tensors, dst, tag);
+  auto work = issue(*impl_, what, [&] { return impl_->group->send(tensors, dst, tag); });
   return make_handle(std::move(work), nullptr, what, *impl_);
 }
 
@@ -492,14 +516,14 @@ CommHandle Communicator::recv(const at::Tensor& tensor, int src, int tag) {
   check_peer(src, size(), what, "source");
   record(*impl_, CollectiveKind::kRecv, bytes_of(tensor));
   std::vector<at::Tensor> tensors{flat_bytes(tensor)};
-  auto work = impl_->group->recv(tensors, src, tag);
+  auto work = issue(*impl_, what, [&] { return impl_->group->recv(tensors, src, tag); });
   return make_handle(std::move(work), nullptr, what, *impl_);
 }
 
 CommHandle Communicator::barrier() {
   const std::string what = describe(*this, "barrier");
   record(*impl_, CollectiveKind::kBarrier, 0);
-  auto work = impl_->group->barrier();
+  auto work = issue(*impl_, what, [&] { return impl_->group->barrier(); });
   return make_handle(std::move(work), nullptr, what, *impl_);
 }
 

@@ -125,7 +125,14 @@ std::string PeerLiveness::describe_unresponsive(const std::vector<int>& world_ra
   }
   try {
     std::vector<int64_t> before;
-    for (int r : others) before.push_back(count_of(r));
+    std::vector<int> ended_before;
+    for (int r : others) {
+      before.push_back(count_of(r));
+      if (before.back() < 0) ended_before.push_back(r);
+    }
+    // A member that has left the job is the answer; do not wait (the launcher may stop the
+    // store's host meanwhile).
+    if (!ended_before.empty()) return rank_list(ended_before) + " had already ended";
     std::this_thread::sleep_for(3 * interval_);
     std::vector<int> silent, ended;
     for (size_t i = 0; i < others.size(); ++i) {

@@ -15,6 +15,7 @@
 #include "hyperparallel/data/tokenizer.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/io/safetensors.h"
+#include "hyperparallel/platform/fault_injection.h"
 #include "hyperparallel/platform/user_error.h"
 #include "io/atomic_write.h"
 
@@ -206,6 +207,7 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointInfo&
   tensors.emplace_back("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
   const std::string mine = (partial / rank_file(world.rank())).string();
   io::write_safetensors(mine, tensors, {{"format", "pt"}, {"shards", shards.dump()}});
+  if (world.options().faults) world.options().faults->pass("checkpoint_file_written", world.global_rank());
 
   // Every rank's checksum and size to rank 0, which writes the state file last and renames.
   const std::string sum = file_checksum(mine);

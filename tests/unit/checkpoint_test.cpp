@@ -160,9 +160,10 @@ TEST(Checkpoint, DamagedOrMismatchedCheckpointsAreRefusedByName) {
 }
 
 TEST(Checkpoint, KillingTheWholeJobDuringASaveLosesNothing) {
-  // kill -9 of the launcher and every rank the moment rank 0 announces a save; then
-  // resume_from_checkpoint: latest must find a complete checkpoint and reproduce the
-  // uninterrupted run's losses exactly.
+  // kill -9 of the launcher and every rank in the middle of the save of checkpoint-8: rank 1
+  // has written its file, rank 0 has not yet written trainer_state.json (an injected fault,
+  // fault_injection.h). resume_from_checkpoint: latest must pick checkpoint-6 and reproduce
+  // the uninterrupted run's losses exactly.
   const std::string reference = temp_dir("kill_reference"), job = temp_dir("kill_job");
   const auto command = [&](const std::string& out, const std::vector<std::string>& extra) {
     std::vector<std::string> argv = {HP_CLI_PATH, "train"};
@@ -177,15 +178,19 @@ TEST(Checkpoint, KillingTheWholeJobDuringASaveLosesNothing) {
   const auto uninterrupted = hp::testing::run_subprocess(command(reference, {}), {std::chrono::seconds(120), {}, {}, {}});
   ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
 
-  hp::testing::SubprocessOptions kill_options{std::chrono::seconds(120), {}, {}, {}};
-  kill_options.signal_when = hp::testing::SubprocessOptions::SignalWhen{"saving checkpoint-8", 1, SIGKILL, job};
+  // The 4th save is checkpoint-8.
+  const hp::testing::SubprocessOptions kill_options{std::chrono::seconds(120), {}, {{"HP_FAULT_INJECT", "1:checkpoint_file_written:4:kill_job"}}, {}};
   const auto killed = hp::testing::run_subprocess(command(job, {}), kill_options);
   EXPECT_EQ(killed.exit_code, 128 + SIGKILL) << killed.output;
+  // (rank 1's "injected fault" line may die with the launcher before it is relayed)
   for (int i = 0; i < 50 && !hp::testing::processes_with(job).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_TRUE(hp::testing::processes_with(job).empty()) << "a rank survived the kill";
+  EXPECT_TRUE(fs::exists(job + "/checkpoint-8.partial/rank-1.safetensors")) << "the kill came before the save began";
+  EXPECT_FALSE(fs::exists(job + "/checkpoint-8.partial/trainer_state.json"));
+  EXPECT_FALSE(fs::exists(job + "/checkpoint-8"));
 
   const std::string latest = hp::train::resolve_checkpoint("latest", job);
-  EXPECT_TRUE(latest == job + "/checkpoint-6" || latest == job + "/checkpoint-8") << latest;
+  EXPECT_EQ(latest, job + "/checkpoint-6");
   const auto resumed = hp::testing::run_subprocess(command(job, {"--resume_from_checkpoint=latest"}), {std::chrono::seconds(120), {}, {}, {}});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from " + latest), std::string::npos) << resumed.output;

@@ -116,3 +116,62 @@ TEST(Reliability, AFrozenStoreHostIsReportedByTheWatchdogOfTheOthers) {
   EXPECT_FALSE(job.leftovers()) << "a rank outlived the job";
   std::cout << "job ended " << seconds << " s after rank 0 froze\n";
 }
+
+namespace {
+
+// A 3-rank demo job of 30 steps with HP_FAULT_INJECT=spec (fault_injection.h).
+hp::testing::SubprocessResult run_with_fault(const std::string& out, const std::string& spec) {
+  fs::remove_all(out);
+  hp::testing::SubprocessOptions options{std::chrono::seconds(120), {}, {{"HP_FAULT_INJECT", spec}}, {}};
+  auto result = hp::testing::run_subprocess({HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--heldout_eval_samples=0",
+                                             "--max_steps=30", "--nproc_per_node=3", "--fsdp_config.dp_shard_size=-1",
+                                             "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer", "--output_dir=" + out},
+                                            options);
+  return result;
+}
+
+}  // namespace
+
+TEST(Reliability, ARankFailingInsideForwardBackwardOrACollectiveStopsTheJobNamingIt) {
+  // FSDP all-gathers in forward and reduce-scatters in backward: failing at those collectives
+  // fails inside forward and inside backward. Killed, exited, or an exception thrown there.
+  struct Case {
+    std::string spec, expected_line;
+    int exit_code;
+  };
+  const std::vector<Case> cases = {
+      {"1:all_gather:3:kill", "rank 1 (pid", 128 + SIGKILL},
+      {"2:reduce_scatter:2:kill", "rank 2 (pid", 128 + SIGKILL},
+      {"1:reduce_scatter:4:throw", "failed: injected fault: rank 1 at reduce_scatter #4", 1},
+      {"0:all_reduce:2:exit", "rank 0 (pid", 3},
+  };
+  const std::string out = ::testing::TempDir() + "hp_reliability_injected";
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.spec);
+    const auto result = run_with_fault(out, c.spec);
+    EXPECT_EQ(result.exit_code, c.exit_code) << result.output;
+    EXPECT_LT(result.seconds, 60) << result.output;
+    EXPECT_NE(result.output.find("injected fault: rank " + c.spec.substr(0, 1)), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find(c.expected_line), std::string::npos) << result.output;
+    EXPECT_TRUE(hp::testing::processes_with(out).empty()) << "a rank outlived the job";
+    std::cout << c.spec << ": job ended after " << result.seconds << " s\n";
+  }
+  fs::remove_all(out);
+}
+
+TEST(Reliability, ABadFaultSpecIsAUserError) {
+  const std::string out = ::testing::TempDir() + "hp_reliability_bad_fault";
+  for (const auto& [spec, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"1:forward:2", "unknown point 'forward'"},
+           {"x:all_gather:1", "RANK 'x' is not an integer >= 0"},
+           {"1:all_gather:0", "N '0' is not an integer >= 1"},
+           {"1:all_gather:1:explode", "unknown action 'explode'"},
+           {"1:all_gather", "it has 2 field(s)"}}) {
+    SCOPED_TRACE(spec);
+    const auto result = run_with_fault(out, spec);
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_NE(result.output.find("HP_FAULT_INJECT '" + spec + "': " + expected), std::string::npos) << result.output;
+    EXPECT_FALSE(fs::exists(out + "/trainer_log.jsonl")) << "the ranks must not start";
+  }
+  fs::remove_all(out);
+}

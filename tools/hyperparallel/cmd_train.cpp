@@ -11,6 +11,7 @@
 #include "hyperparallel/comm/rendezvous.h"
 #include "hyperparallel/launch/process_launcher.h"
 #include "hyperparallel/platform/host_allocator.h"
+#include "hyperparallel/platform/fault_injection.h"
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/train/trainer.h"
 
@@ -41,6 +42,9 @@ int train_command(const Args& args) {
   }
   const train::TrainConfig config = train::load_train_config(config_path, overrides);
   const comm::RendezvousInfo info = comm::rendezvous_info_from_env();
+  const char* fault_spec = std::getenv("HP_FAULT_INJECT");
+  std::shared_ptr<platform::FaultInjector> faults;
+  if (fault_spec) faults = std::make_shared<platform::FaultInjector>(fault_spec);  // checked before ranks start
   if (info.source == "single process" && config.nproc_per_node > 1) {
     launch::LaunchSpec spec;
     spec.nproc_per_node = static_cast<int>(config.nproc_per_node);
@@ -57,6 +61,7 @@ int train_command(const Args& args) {
   comm::CommOptions options;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
   options.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.heartbeat_timeout_s * 1000));
+  options.faults = faults;
   auto world = comm::init_process_group(info, options);
   std::ostringstream quiet;
   const char* bar = std::getenv("HP_PROGRESS_BAR");

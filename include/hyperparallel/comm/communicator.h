@@ -31,6 +31,7 @@
 
 namespace hyperparallel::platform {
 class TraceRecorder;
+class FaultInjector;
 }
 
 namespace hyperparallel::comm {
@@ -53,6 +54,8 @@ struct CommOptions {
   // Testing aid: sleep a random 0..N ms (seeded by the world rank) before issuing each
   // collective, to expose races between ranks. 0 = off.
   int inject_delay_max_ms = 0;
+  // Testing aid: fail one rank at a chosen collective or checkpoint step (fault_injection.h).
+  std::shared_ptr<platform::FaultInjector> faults;
 };
 
 class GroupRegistry;  // src/comm/group_registry.h
