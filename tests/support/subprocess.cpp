@@ -26,6 +26,7 @@ SubprocessResult run_subprocess(const std::vector<std::string>& argv, const Subp
     setpgid(0, 0);
     for (const auto& k : options.unset_env) unsetenv(k.c_str());
     for (const auto& [k, v] : options.env) setenv(k.c_str(), v.c_str(), 1);
+    if (!options.working_dir.empty() && chdir(options.working_dir.c_str()) != 0) _exit(126);
     dup2(out[1], 1);
     dup2(out[1], 2);
     execvp(args[0], args.data());

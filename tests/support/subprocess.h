@@ -6,6 +6,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hyperparallel::testing {
@@ -17,7 +18,11 @@ struct SubprocessResult {
 };
 
 struct SubprocessOptions {
-  std::chrono::seconds limit{60};
+  SubprocessOptions(std::chrono::seconds limit = std::chrono::seconds(60),
+                    std::vector<std::pair<std::string, std::string>> env = {})
+      : limit(limit), env(std::move(env)) {}
+
+  std::chrono::seconds limit;
   // Send `signal` once the output holds `count` occurrences of `text` (e.g. every rank's
   // "ready" line), so the signal cannot arrive before the program is up.
   struct SignalWhen {
@@ -31,6 +36,7 @@ struct SubprocessOptions {
   std::optional<SignalWhen> signal_when;
   std::vector<std::pair<std::string, std::string>> env;
   std::vector<std::string> unset_env;
+  std::string working_dir;  // "" = the test's own
 };
 
 SubprocessResult run_subprocess(const std::vector<std::string>& argv, const SubprocessOptions& options = {});

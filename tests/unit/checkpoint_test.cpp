@@ -175,11 +175,11 @@ TEST(Checkpoint, KillingTheWholeJobDuringASaveLosesNothing) {
   };
   fs::remove_all(reference);
   fs::remove_all(job);
-  const auto uninterrupted = hp::testing::run_subprocess(command(reference, {}), {std::chrono::seconds(120), {}, {}, {}});
+  const auto uninterrupted = hp::testing::run_subprocess(command(reference, {}), {std::chrono::seconds(120)});
   ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
 
   // The 4th save is checkpoint-8.
-  const hp::testing::SubprocessOptions kill_options{std::chrono::seconds(120), {}, {{"HP_FAULT_INJECT", "1:checkpoint_file_written:4:kill_job"}}, {}};
+  const hp::testing::SubprocessOptions kill_options{std::chrono::seconds(120), {{"HP_FAULT_INJECT", "1:checkpoint_file_written:4:kill_job"}}};
   const auto killed = hp::testing::run_subprocess(command(job, {}), kill_options);
   EXPECT_EQ(killed.exit_code, 128 + SIGKILL) << killed.output;
   // (rank 1's "injected fault" line may die with the launcher before it is relayed)
@@ -191,7 +191,7 @@ TEST(Checkpoint, KillingTheWholeJobDuringASaveLosesNothing) {
 
   const std::string latest = hp::train::resolve_checkpoint("latest", job);
   EXPECT_EQ(latest, job + "/checkpoint-6");
-  const auto resumed = hp::testing::run_subprocess(command(job, {"--resume_from_checkpoint=latest"}), {std::chrono::seconds(120), {}, {}, {}});
+  const auto resumed = hp::testing::run_subprocess(command(job, {"--resume_from_checkpoint=latest"}), {std::chrono::seconds(120)});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from " + latest), std::string::npos) << resumed.output;
   const auto expected = logged_losses(reference), got = logged_losses(job);

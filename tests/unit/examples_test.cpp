@@ -4,9 +4,8 @@
 
 #include <filesystem>
 
-#include "hyperparallel/data/tokenizer.h"
 #include "hyperparallel/io/safetensors.h"
-#include "hyperparallel/models/auto_model.h"
+#include "support/hf_folder.h"
 #include "support/subprocess.h"
 
 namespace hp = hyperparallel;
@@ -14,23 +13,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// qwen3-debug saved as a Hugging Face folder with examples/tokenizer.
-std::string tiny_hf_folder() {
-  const std::string dir = ::testing::TempDir() + "hp_examples_qwen3_tiny";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  hp::models::ModelLoadOptions options;
-  options.seed = 9;
-  auto model = hp::models::AutoModelForCausalLM::from_pretrained("qwen3-debug", options);
-  hp::models::save_pretrained(*model, dir);
-  hp::data::copy_tokenizer_files(HP_SOURCE_DIR "/examples/tokenizer", dir);
-  return dir;
-}
+std::string tiny_hf_folder() { return hp::testing::write_tiny_hf_folder(::testing::TempDir() + "hp_examples_qwen3_tiny"); }
 
 hp::testing::SubprocessResult train(const std::string& yaml, const std::vector<std::string>& extra) {
   std::vector<std::string> argv = {HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/" + yaml, "--dataset_dir=" HP_SOURCE_DIR "/examples/data"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  return hp::testing::run_subprocess(argv, {std::chrono::seconds(180), {}, {}, {}});
+  return hp::testing::run_subprocess(argv, {std::chrono::seconds(180)});
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 namespace {
 
 bool sh(const std::vector<std::string>& argv, std::string* output = nullptr) {
-  const auto r = hp::testing::run_subprocess(argv, {std::chrono::seconds(20), {}, {}, {}});
+  const auto r = hp::testing::run_subprocess(argv, {std::chrono::seconds(20)});
   if (output) *output = r.output;
   return r.exit_code == 0;
 }
@@ -85,7 +85,7 @@ std::vector<hp::testing::SubprocessResult> run_both_nodes(const TwoNodeNetwork& 
   std::vector<std::thread> threads;
   for (int node = 0; node < 2; ++node) {
     threads.emplace_back([&, node] {
-      nodes[node] = hp::testing::run_subprocess(node_command(net, node, port, overrides), {std::chrono::seconds(180), {}, {}, {}});
+      nodes[node] = hp::testing::run_subprocess(node_command(net, node, port, overrides), {std::chrono::seconds(180)});
     });
   }
   for (auto& t : threads) t.join();

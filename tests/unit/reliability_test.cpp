@@ -36,7 +36,7 @@ class EndlessJob {
                                      "--fsdp_config.dp_shard_size=-1", "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer",
                                      "--output_dir=" + out_};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    thread_ = std::thread([this, argv] { result_ = hp::testing::run_subprocess(argv, {std::chrono::seconds(120), {}, {}, {}}); });
+    thread_ = std::thread([this, argv] { result_ = hp::testing::run_subprocess(argv, {std::chrono::seconds(120)}); });
   }
   ~EndlessJob() {
     if (thread_.joinable()) thread_.join();
@@ -122,7 +122,7 @@ namespace {
 // A 3-rank demo job of 30 steps with HP_FAULT_INJECT=spec (fault_injection.h).
 hp::testing::SubprocessResult run_with_fault(const std::string& out, const std::string& spec) {
   fs::remove_all(out);
-  hp::testing::SubprocessOptions options{std::chrono::seconds(120), {}, {{"HP_FAULT_INJECT", spec}}, {}};
+  hp::testing::SubprocessOptions options{std::chrono::seconds(120), {{"HP_FAULT_INJECT", spec}}};
   auto result = hp::testing::run_subprocess({HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--heldout_eval_samples=0",
                                              "--max_steps=30", "--nproc_per_node=3", "--fsdp_config.dp_shard_size=-1",
                                              "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer", "--output_dir=" + out},

@@ -99,7 +99,7 @@ TEST(Trainer, CommandLineTrainsOnItsOwnRanksAndWritesItsFiles) {
   std::vector<std::string> argv = {HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--max_steps=6", "--logging_steps=3",
                                    "--output_dir=" + dir, "--nproc-per-node", "2", "--fsdp_config.dp_shard_size=-1", "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer",
                                    "--heldout_eval_samples=4"};
-  const auto run = hp::testing::run_subprocess(argv, {std::chrono::seconds(120), {}, {}, {}});
+  const auto run = hp::testing::run_subprocess(argv, {std::chrono::seconds(120)});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("step 6/6 loss"), std::string::npos) << run.output;
   const auto summary = nlohmann::json::parse(std::ifstream(dir + "/train_summary.json"));
@@ -121,7 +121,7 @@ TEST(Trainer, CommandLineTrainsOnItsOwnRanksAndWritesItsFiles) {
   // The same folder again without overwrite_output_dir is refused, and nothing is touched.
   const auto before = fs::last_write_time(dir + "/trainer_log.jsonl");
   argv.push_back("--overwrite_output_dir=false");
-  const auto again = hp::testing::run_subprocess(argv, {std::chrono::seconds(120), {}, {}, {}});
+  const auto again = hp::testing::run_subprocess(argv, {std::chrono::seconds(120)});
   EXPECT_EQ(again.exit_code, 2) << again.output;
   EXPECT_NE(again.output.find("already holds a run"), std::string::npos) << again.output;
   EXPECT_EQ(fs::last_write_time(dir + "/trainer_log.jsonl"), before);
@@ -134,7 +134,7 @@ TEST(Trainer, ExportAndGenerateFromTheCommandLine) {
   const auto train = hp::testing::run_subprocess(
       {HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--max_steps=4", "--heldout_eval_samples=0", "--output_dir=" + dir,
        "--nproc_per_node=2", "--fsdp_config.dp_shard_size=-1", "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer"},
-      {std::chrono::seconds(120), {}, {}, {}});
+      {std::chrono::seconds(120)});
   ASSERT_EQ(train.exit_code, 0) << train.output;
 
   // The 2-rank checkpoint exported in one process equals the trainer's own final export, and

@@ -1,0 +1,12 @@
+// A small Hugging Face model folder for tests of the command-line tool: the built-in
+// qwen3-debug architecture saved as save_pretrained writes it, with the project's tokenizer.
+#pragma once
+
+#include <string>
+
+namespace hyperparallel::testing {
+
+// Replaces `dir` with the folder; returns `dir`.
+std::string write_tiny_hf_folder(const std::string& dir, int64_t seed = 9);
+
+}  // namespace hyperparallel::testing
