@@ -5,7 +5,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
-.PHONY: all setup configure build test test-long test-asan demo bench fuzz clean
+.PHONY: all setup configure build test test-long test-asan test-asan-unit demo bench fuzz clean
 
 all: build
 
@@ -33,13 +33,20 @@ demo: build
 	$(BUILD_DIR)/hyperparallel train examples/demo_sft.yaml
 	$(BUILD_DIR)/hyperparallel generate --model output/demo_sft --prompt "$(DEMO_PROMPT)"
 
-# The default tests built with ASan + UBSan in build-asan/ (slow: a cold build and a run take
-# several times make test). Leaks are not checked: LibTorch keeps its globals to exit.
-test-asan: setup
+# The tests built with ASan + UBSan in build-asan/ (a cold build takes longer than make test).
+# Leaks are not checked: LibTorch keeps its globals to exit. test-asan-unit runs the component
+# suites (CI does); test-asan runs every default suite.
+ASAN_ENV = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
+build-asan/build.ninja:
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DHP_SANITIZE=ON
+
+test-asan-unit: setup build-asan/build.ninja
+	cmake --build build-asan -j $(JOBS) --target hp_tests hyperparallel
+	cd build-asan && $(ASAN_ENV) ctest -L unit --output-on-failure -j 2
+
+test-asan: setup build-asan/build.ninja
 	cmake --build build-asan -j $(JOBS) --target hp_tests hyperparallel cpp_api_sft_steps fsdp_custom_module
-	cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest -L default --output-on-failure -j 2
+	cd build-asan && $(ASAN_ENV) ctest -L default --output-on-failure -j 2
 
 # libFuzzer targets (fuzz/) under ASan + UBSan, FUZZ_SECONDS each (default 60).
 fuzz: setup

@@ -119,22 +119,23 @@ TEST(Reliability, AFrozenStoreHostIsReportedByTheWatchdogOfTheOthers) {
 
 namespace {
 
-// A 3-rank demo job of 30 steps with HP_FAULT_INJECT=spec (fault_injection.h).
+// A 3-rank demo job of 30 steps (a checkpoint every 10) with HP_FAULT_INJECT=spec
+// (fault_injection.h).
 hp::testing::SubprocessResult run_with_fault(const std::string& out, const std::string& spec) {
   fs::remove_all(out);
   hp::testing::SubprocessOptions options{std::chrono::seconds(120), {{"HP_FAULT_INJECT", spec}}};
-  auto result = hp::testing::run_subprocess({HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--heldout_eval_samples=0",
-                                             "--max_steps=30", "--nproc_per_node=3", "--fsdp_config.dp_shard_size=-1",
-                                             "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer", "--output_dir=" + out},
-                                            options);
-  return result;
+  return hp::testing::run_subprocess({HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--heldout_eval_samples=0",
+                                      "--max_steps=30", "--save_steps=10", "--nproc_per_node=3", "--fsdp_config.dp_shard_size=-1",
+                                      "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer", "--output_dir=" + out},
+                                     options);
 }
 
 }  // namespace
 
-TEST(Reliability, ARankFailingInsideForwardBackwardOrACollectiveStopsTheJobNamingIt) {
+TEST(Reliability, ARankFailingInForwardBackwardACollectiveOrASaveStopsTheJobNamingIt) {
   // FSDP all-gathers in forward and reduce-scatters in backward: failing at those collectives
-  // fails inside forward and inside backward. Killed, exited, or an exception thrown there.
+  // fails inside forward and inside backward. Killed, exited, or an exception thrown there;
+  // and one rank killed in the middle of a checkpoint save.
   struct Case {
     std::string spec, expected_line;
     int exit_code;
@@ -144,6 +145,7 @@ TEST(Reliability, ARankFailingInsideForwardBackwardOrACollectiveStopsTheJobNamin
       {"2:reduce_scatter:2:kill", "rank 2 (pid", 128 + SIGKILL},
       {"1:reduce_scatter:4:throw", "failed: injected fault: rank 1 at reduce_scatter #4", 1},
       {"0:all_reduce:2:exit", "rank 0 (pid", 3},
+      {"2:checkpoint_file_written:1:kill", "rank 2 (pid", 128 + SIGKILL},  // in the middle of a save
   };
   const std::string out = ::testing::TempDir() + "hp_reliability_injected";
   for (const auto& c : cases) {
