@@ -22,6 +22,7 @@
 #include "heldout_eval.h"
 #include "train_data.h"
 #include "train_output.h"
+#include "train_step.h"
 
 namespace hyperparallel::train {
 namespace {
@@ -110,10 +111,6 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(const TrainConfig& c, models
   groups.emplace_back(decay, options(c.weight_decay));
   if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
   return std::make_unique<torch::optim::AdamW>(groups, *options(c.weight_decay));
-}
-
-at::Tensor as_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t length) {
-  return at::tensor(v, at::kLong).view({rows, length});
 }
 
 // Held-out accuracy (printed by rank 0, with a few answers after training), then every unit
@@ -214,15 +211,14 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
     return result;
   }
   auto optimizer = make_optimizer(c, *model);
-  // Each parameter's weight in the global squared gradient norm, summed over the world and then
-  // divided by the replicas: a shard exists once per replica group (weight 1), a replicated
-  // parameter's whole gradient once per rank (weight replicas / world).
-  const std::vector<at::Tensor> params = model->parameters();
-  std::vector<double> norm_weights;
-  for (const auto& p : params) {
+  StepSetup step_setup{*model, root, *optimizer, *world, data, model->parameters(), {}, c.gradient_accumulation_steps,
+                       dp, dp_rank, replicas, c.max_grad_norm};
+  // A shard exists once per replica group (weight 1), a replicated parameter's whole gradient
+  // once per rank (weight replicas / world).
+  for (const auto& p : step_setup.params) {
     const bool replicated = std::any_of(shard.replicate_params.begin(), shard.replicate_params.end(),
                                         [&](const at::Tensor& r) { return r.is_same(p); });
-    norm_weights.push_back(replicated ? static_cast<double>(replicas) / static_cast<double>(world->size()) : 1.0);
+    step_setup.norm_weights.push_back(replicated ? static_cast<double>(replicas) / static_cast<double>(world->size()) : 1.0);
   }
 
   const int64_t accum = c.gradient_accumulation_steps, per_device = c.per_device_train_batch_size;
@@ -301,51 +297,10 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
   const auto t_start = Clock::now();
   for (int64_t step = start_step; step < total_steps; ++step) {
     const auto t_step = Clock::now();
-    const std::vector<int64_t> global = sampler.global_batch_rows(position);
-    int64_t label_tokens = 0, input_tokens = 0;
-    for (int64_t r : global) {
-      label_tokens += data.label_tokens[r];
-      input_tokens += static_cast<int64_t>(data.rows[r].input_ids.size());
-    }
-    const double denominator = static_cast<double>(std::max<int64_t>(1, label_tokens));
-    double local_loss_sum = 0;
-    for (int64_t m = 0; m < accum; ++m) {
-      std::vector<const data::TrainingRow*> mine;
-      for (int64_t r : data::GlobalBatchSampler::rank_micro_batch(global, dp_rank, dp, m, accum)) mine.push_back(&data.rows[r]);
-      const data::TokenBatch batch = data::collate_rows(mine, data.pad_id);
-      models::CausalLMInput in;
-      in.input_ids = as_tensor(batch.input_ids, batch.rows, batch.length);
-      in.labels = as_tensor(batch.labels, batch.rows, batch.length);
-      in.attention_mask = as_tensor(batch.attention_mask, batch.rows, batch.length);
-      in.position_ids = as_tensor(batch.position_ids, batch.rows, batch.length);
-      root.set_requires_gradient_sync(m == accum - 1);
-      const models::CausalLMOutput out = model->forward(in);
-      at::Tensor loss = out.lm_loss_sum / denominator;
-      // MoE: the load-balancing term (per micro-batch, averaged over micro-batches and ranks).
-      if (out.aux_loss.defined()) loss = loss + (out.loss - out.lm_loss) / static_cast<double>(accum * dp);
-      loss.backward();
-      local_loss_sum += out.lm_loss_sum.item<double>();
-    }
-    double local_sq = 0;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (params[i].grad().defined()) local_sq += params[i].grad().pow(2).sum().item<double>() * norm_weights[i];
-    }
-    at::Tensor sums = at::tensor({local_sq, local_loss_sum}, at::kDouble);
-    world->all_reduce(sums).wait();
-    const double grad_norm = std::sqrt(sums[0].item<double>() / static_cast<double>(replicas));
-    const double step_loss = sums[1].item<double>() / denominator;
-    if (c.max_grad_norm > 0) {
-      const double coef = c.max_grad_norm / (grad_norm + 1e-6);
-      if (coef < 1) {
-        for (const auto& p : params) {
-          if (p.grad().defined()) p.grad().mul_(coef);
-        }
-      }
-    }
     const double lr = schedule.lr_at(step);
-    for (auto& group : optimizer->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    optimizer->step();
-    optimizer->zero_grad();
+    const StepOutcome done = run_optimizer_step(step_setup, sampler.global_batch_rows(position), lr);
+    const double step_loss = done.loss, grad_norm = done.grad_norm;
+    const int64_t input_tokens = done.input_tokens;
     position = sampler.next(position);
 
     const double seconds = std::chrono::duration<double>(Clock::now() - t_step).count();

@@ -1,0 +1,55 @@
+// One optimizer step of the SFT trainer: the global batch's micro-batches through forward and
+// backward on this rank's share, the global gradient norm (one all-reduce, which also sums the
+// loss), clipping, and AdamW.
+//
+// The loss of every micro-batch is divided by the label tokens of the whole global batch, and
+// FSDP sums (not averages) the gradients, so the step equals one step of a single process on
+// the global batch whatever the layout and accumulation. Gradient sync runs on the last
+// micro-batch only. A parameter's share of the squared norm is weighted so that the world sum,
+// divided by the replicas, counts each element once (replicated parameters: replicas / world).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "hyperparallel/comm/communicator.h"
+#include "train_data.h"
+
+namespace torch::optim {
+class AdamW;
+}
+namespace hyperparallel::models {
+class CausalLM;
+}
+namespace hyperparallel::fsdp {
+class FSDPModule;
+}
+
+namespace hyperparallel::train {
+
+// What every step of a run uses; fixed for the run.
+struct StepSetup {
+  models::CausalLM& model;
+  fsdp::FSDPModule& root;
+  torch::optim::AdamW& optimizer;
+  comm::Communicator& world;
+  const TrainData& data;
+  std::vector<at::Tensor> params;
+  std::vector<double> norm_weights;  // per parameter, see above
+  int64_t accumulation = 1;
+  int64_t dp = 1, dp_rank = 0, replicas = 1;
+  double max_grad_norm = 0;  // 0 = no clipping
+};
+
+struct StepOutcome {
+  double loss = 0;       // mean over the global batch's label tokens
+  double grad_norm = 0;  // before clipping
+  int64_t input_tokens = 0;  // of the global batch
+};
+
+// One step on `global_rows` (the sampler's global batch) at learning rate `lr`.
+StepOutcome run_optimizer_step(const StepSetup& setup, const std::vector<int64_t>& global_rows, double lr);
+
+}  // namespace hyperparallel::train
