@@ -24,6 +24,10 @@ std::string rank_list(const std::vector<int>& ranks) {
   return text;
 }
 
+std::string silent_for(const std::vector<int>& ranks, std::chrono::milliseconds d) {
+  return rank_list(ranks) + " stopped responding (no heartbeat for " + seconds_text(d) + " s)";
+}
+
 }  // namespace
 
 PeerLiveness::PeerLiveness(c10::intrusive_ptr<SocketStore> store, std::string store_address, int rank,
@@ -50,7 +54,7 @@ void PeerLiveness::watch(const std::vector<int>& world_ranks, std::chrono::milli
   std::lock_guard<std::mutex> lock(mutex_);
   const auto now = Clock::now();
   for (int r : world_ranks) {
-    if (r != rank_) watched_.push_back({r, -1, now, false});
+    if (r != rank_) watched_.push_back({r, 0, now});
   }
   timeout_ = timeout;
   on_lost_ = std::move(on_lost);
@@ -80,7 +84,6 @@ void PeerLiveness::beat() {
       Watched& w = watched_[i];
       if (counts[i] != w.count) w.moved = now;
       w.count = counts[i];
-      w.finished = counts[i] < 0;
     }
   }
   lock.unlock();
@@ -104,9 +107,9 @@ void PeerLiveness::judge() {
     } else {
       std::vector<int> silent;
       for (const auto& w : watched_) {
-        if (!w.finished && now - w.moved > timeout_) silent.push_back(w.rank);
+        if (w.count >= 0 && now - w.moved > timeout_) silent.push_back(w.rank);
       }
-      if (!silent.empty()) message = rank_list(silent) + " stopped responding (no heartbeat for " + seconds_text(timeout_) + " s)";
+      if (!silent.empty()) message = silent_for(silent, timeout_);
     }
     if (message.empty()) continue;
     OnLost on_lost = on_lost_;
@@ -144,7 +147,7 @@ std::string PeerLiveness::describe_unresponsive(const std::vector<int>& world_ra
       }
     }
     std::string text;
-    if (!silent.empty()) text = rank_list(silent) + " stopped responding (no heartbeat for " + seconds_text(3 * interval_) + " s)";
+    if (!silent.empty()) text = silent_for(silent, 3 * interval_);
     if (!ended.empty()) text += (text.empty() ? "" : "; ") + rank_list(ended) + " had already ended";
     return text;
   } catch (const std::exception&) {

@@ -21,7 +21,6 @@
 // names the ranks whose counters did not move (or that had already ended).
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -56,9 +55,8 @@ class PeerLiveness {
   using Clock = std::chrono::steady_clock;
   struct Watched {
     int rank = 0;
-    int64_t count = 0;
+    int64_t count = 0;  // negative: the rank ended cleanly
     Clock::time_point moved;
-    bool finished = false;
   };
 
   void beat();   // heartbeat thread: own counter up, watched counters read
