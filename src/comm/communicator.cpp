@@ -47,7 +47,39 @@ WirePendingWork::WirePendingWork(std::vector<c10::intrusive_ptr<c10d::Work>> wor
       default_timeout_(default_timeout), wait_ns_(std::move(wait_ns)), trace_(std::move(trace)),
       diagnose_(std::move(diagnose)) {}
 
+WirePendingWork::~WirePendingWork() {
+  if (order_) order_->remove(this);
+}
+
+void WirePendingWork::order_finish_in(std::shared_ptr<OrderedFinishes> order) {
+  order_ = std::move(order);
+  order_->enqueue(this);
+}
+
 void WirePendingWork::wait(std::optional<std::chrono::milliseconds> timeout) {
+  if (order_) {
+    order_->complete_before(this, timeout);
+    order_->remove(this);
+    order_ = nullptr;
+  }
+  complete(timeout);
+}
+
+void OrderedFinishes::enqueue(WirePendingWork* work) { queue_.push_back(work); }
+
+void OrderedFinishes::remove(WirePendingWork* work) {
+  queue_.erase(std::remove(queue_.begin(), queue_.end(), work), queue_.end());
+}
+
+void OrderedFinishes::complete_before(WirePendingWork* work, std::optional<std::chrono::milliseconds> timeout) {
+  while (!queue_.empty() && queue_.front() != work) {
+    WirePendingWork* earlier = queue_.front();
+    queue_.erase(queue_.begin());
+    earlier->complete(timeout);  // its own wait() later finds nothing left to do
+  }
+}
+
+void WirePendingWork::complete(std::optional<std::chrono::milliseconds> timeout) {
   // Every return and throw counts the time spent here.
   struct Account {
     WirePendingWork& work;
@@ -178,20 +210,24 @@ auto issue(const Communicator::Impl& impl, const std::string& what, Start&& star
   }
 }
 
+// `finish_uses_wire`: the finishing step issues more transfers, so it runs in issue order
+// (OrderedFinishes).
 CommHandle make_handle(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish,
-                       const std::string& what, const Communicator::Impl& impl) {
+                       const std::string& what, const Communicator::Impl& impl, bool finish_uses_wire = false) {
   std::function<std::string()> diagnose;
   if (impl.registry && impl.registry->liveness()) {
     diagnose = [liveness = impl.registry->liveness(), ranks = impl.global_ranks] { return liveness->describe_unresponsive(ranks); };
   }
-  return CommHandle(std::make_unique<WirePendingWork>(std::move(works), std::move(finish), what,
-                                                      impl.options.timeout, impl.wait_ns, impl.trace, std::move(diagnose)));
+  auto work = std::make_unique<WirePendingWork>(std::move(works), std::move(finish), what, impl.options.timeout,
+                                                impl.wait_ns, impl.trace, std::move(diagnose));
+  if (finish_uses_wire) work->order_finish_in(impl.ordered_finishes);
+  return CommHandle(std::move(work));
 }
 
 CommHandle make_handle(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish,
-                       const std::string& what, const Communicator::Impl& impl) {
+                       const std::string& what, const Communicator::Impl& impl, bool finish_uses_wire = false) {
   std::vector<c10::intrusive_ptr<c10d::Work>> works{std::move(work)};
-  return make_handle(std::move(works), std::move(finish), what, impl);
+  return make_handle(std::move(works), std::move(finish), what, impl, finish_uses_wire);
 }
 
 void check_user_tag(int tag, const std::string& what) {
@@ -259,11 +295,11 @@ int internal_tag(uint32_t first, int k) {
 // The point-to-point exchange under all_gather_blocks (not counted: callers count).
 std::vector<c10::intrusive_ptr<c10d::Work>> gather_pieces(Communicator::Impl& impl, const at::Tensor& in_bytes,
                                                           const at::Tensor& out_bytes,
-                                                          const std::vector<int64_t>& block_numels, int64_t esize) {
+                                                          const std::vector<int64_t>& block_numels, int64_t esize,
+                                                          uint32_t first_tag) {
   const int n = static_cast<int>(impl.global_ranks.size());
   const int me = impl.rank;
   const int k_blocks = static_cast<int>(block_numels.size());
-  const uint32_t first_tag = reserve_tags(impl, k_blocks);
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   int64_t shard_offset = 0, out_offset = 0;  // in bytes
   for (int k = 0; k < k_blocks; ++k) {
@@ -301,7 +337,8 @@ CommHandle Communicator::all_gather_blocks(const at::Tensor& unsharded, const at
   // Every rank sends its pieces to every other rank and receives each peer's pieces straight
   // into their places in the output: the ring's (n-1) shards on the wire, no staging buffer
   // and no copy-out (Gloo's own allgather stages through a fresh buffer; docs/comm.md).
-  auto works = issue(*impl_, what, [&] { return gather_pieces(*impl_, flat_bytes(shard), flat_bytes(unsharded), block_numels, esize); });
+  auto works = issue(*impl_, what, [&] { return gather_pieces(*impl_, flat_bytes(shard), flat_bytes(unsharded), block_numels, esize,
+                                                                 reserve_tags(*impl_, static_cast<int>(block_numels.size()))); });
   return make_handle(std::move(works), nullptr, what, *impl_);
 }
 
@@ -416,19 +453,22 @@ CommHandle Communicator::all_reduce(const at::Tensor& tensor, ReduceOp op) {
   auto work = issue(*impl_, what, [&] { return impl_->group->alltoall_base(recv, send, even, even); });
   const int me = rank();
   Impl* impl = impl_.get();  // a Communicator outlives the handles it returns
-  auto finish = [impl, what, recv, received, padded, tensor, shard, me, op]() {
+  // The all-gather phase's tag is drawn now, at issue, so it is the same on every rank
+  // whatever order handles are waited in.
+  const uint32_t gather_tag = reserve_tags(*impl_, 1);
+  auto finish = [impl, what, recv, received, padded, tensor, shard, me, op, gather_tag]() {
     at::Tensor mine = padded.narrow(0, me * shard, shard);
     reduce_rows_in_rank_order(received, op, mine);
     impl->scratch->release(recv);
     // The all-gather phase: my reduced slot is the input, in place.
     const int64_t esize = static_cast<int64_t>(padded.element_size());
-    const auto works = issue(*impl, what, [&] { return gather_pieces(*impl, flat_bytes(mine), flat_bytes(padded), {shard}, esize); });
+    const auto works = issue(*impl, what, [&] { return gather_pieces(*impl, flat_bytes(mine), flat_bytes(padded), {shard}, esize, gather_tag); });
     for (auto& w : works) {
       wait_work(w, impl->options.timeout, what + " (all-gather phase)");
     }
     if (padded.data_ptr() != tensor.data_ptr()) tensor.view({-1}).copy_(padded.narrow(0, 0, tensor.numel()));
   };
-  return make_handle(std::move(work), finish, what, *impl_);
+  return make_handle(std::move(work), finish, what, *impl_, /*finish_uses_wire=*/true);
 }
 
 CommHandle Communicator::broadcast(const at::Tensor& tensor, int root) {
@@ -454,9 +494,16 @@ CommHandle Communicator::all_to_all(const at::Tensor& output, const at::Tensor& 
   const int n = size();
   const int64_t in_rows = input.dim() == 0 ? 1 : input.size(0);
   const int64_t out_rows = output.dim() == 0 ? 1 : output.size(0);
-  const int64_t row_elems_in = in_rows ? input.numel() / in_rows : 0;
-  const int64_t row_elems_out = out_rows ? output.numel() / out_rows : 0;
-  if (in_rows && out_rows && row_elems_in != row_elems_out) {
+  // Row widths from the dims after the first, so a rank that sends or receives no rows still
+  // takes part (every rank must issue the collective).
+  auto row_elems = [](const at::Tensor& t) {
+    int64_t elems = 1;
+    for (int64_t d = 1; d < t.dim(); ++d) elems *= t.size(d);
+    return elems;
+  };
+  const int64_t row_elems_in = row_elems(input);
+  const int64_t row_elems_out = row_elems(output);
+  if (row_elems_in != row_elems_out) {
     throw UserError(what + ": input rows hold " + std::to_string(row_elems_in) + " elements but output rows hold " +
                     std::to_string(row_elems_out) + "; dims after the first must match");
   }

@@ -16,6 +16,23 @@
 namespace hyperparallel::comm {
 
 class GroupRegistry;
+class WirePendingWork;
+
+// Composite collectives whose finishing step uses the wire (the all-gather phase of a bf16 /
+// fp16 all-reduce) run those steps in issue order on every rank, whatever order the caller
+// waits in: waiting for one first completes every earlier such collective of the same
+// communicator. Without this, two ranks waiting in different orders would each block in a
+// different collective's second phase (docs/comm.md "Composite collectives").
+class OrderedFinishes {
+ public:
+  void enqueue(WirePendingWork* work);
+  void remove(WirePendingWork* work);  // a work that completed or was dropped
+  // Completes, in issue order, every queued work before `work`; `work` itself stays queued.
+  void complete_before(WirePendingWork* work, std::optional<std::chrono::milliseconds> timeout);
+
+ private:
+  std::vector<WirePendingWork*> queue_;  // issue order
+};
 
 struct Communicator::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
@@ -31,6 +48,7 @@ struct Communicator::Impl {
   // stay below kInternalTagBase. Advances identically on every rank (SPMD order).
   static constexpr int kInternalTagBase = 1 << 30;
   uint32_t internal_p2p_seq = 0;
+  std::shared_ptr<OrderedFinishes> ordered_finishes = std::make_shared<OrderedFinishes>();
   uint64_t delay_rng_state = 0;  // for options.inject_delay_max_ms
   // Time callers spent blocked in wait() on this communicator's handles ("exposed" time).
   std::shared_ptr<std::atomic<int64_t>> wait_ns = std::make_shared<std::atomic<int64_t>>(0);
@@ -48,10 +66,17 @@ class WirePendingWork : public PendingWork {
                   std::string what, std::chrono::milliseconds default_timeout,
                   std::shared_ptr<std::atomic<int64_t>> wait_ns, std::shared_ptr<platform::TraceRecorder> trace,
                   std::function<std::string()> diagnose);
+  ~WirePendingWork() override;
   void wait(std::optional<std::chrono::milliseconds> timeout) override;
   bool is_completed() override;
+  // Makes this work's finishing step run in issue order among the communicator's other
+  // wire-using finishes (OrderedFinishes).
+  void order_finish_in(std::shared_ptr<OrderedFinishes> order);
+  // wait() without the ordering step; OrderedFinishes calls it for earlier works.
+  void complete(std::optional<std::chrono::milliseconds> timeout);
 
  private:
+  std::shared_ptr<OrderedFinishes> order_;  // null: the finish is local only
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   std::function<void()> finish_;
   std::string what_;

@@ -2,6 +2,8 @@
 // world size, for fp32 / fp16 / bf16 / int64, and with several collectives in flight.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "hyperparallel/comm/communicator.h"
 #include "support/multiprocess.h"
 #include "support/tensor_data.h"
@@ -199,6 +201,35 @@ TEST_P(CommCollectives, SeveralCollectivesInFlightAtOnce) {
     EXPECT_TRUE(at::equal(ar, reference_reduce(ar_parts, ReduceOp::kSum)));
     EXPECT_TRUE(at::equal(ar2, reference_reduce(ar2_parts, ReduceOp::kSum)));
     EXPECT_TRUE(at::equal(bc, rank_data(12, 0, {4}, at::kFloat)));
+  });
+}
+
+// Ranks wait in different orders (as overlapped schedules do): odd ranks wait last-issued
+// first. The bf16 all-reduces' second phases and the all-gathers' tags still meet.
+TEST_P(CommCollectives, RanksMayWaitForTheirHandlesInDifferentOrders) {
+  run_on_ranks(GetParam(), [](RankContext& ctx) {
+    auto& c = *ctx.world;
+    const int n = c.size(), me = c.rank();
+    std::vector<at::Tensor> reduced, gathered;
+    std::vector<comm::CommHandle> handles;
+    for (int k = 0; k < 3; ++k) {
+      reduced.push_back(rank_data(20 + k, me, {5 + k}, at::kBFloat16));
+      handles.push_back(c.all_reduce(reduced.back()));
+      at::Tensor in = rank_data(30 + k, me, {3 + k}, at::kFloat);
+      gathered.push_back(at::empty({n * (3 + k)}));
+      handles.push_back(c.all_gather(gathered.back(), in));
+    }
+    if (me % 2 == 1) std::reverse(handles.begin(), handles.end());
+    for (auto& h : handles) h.wait();
+    for (int k = 0; k < 3; ++k) {
+      std::vector<at::Tensor> ar_parts, ag_parts;
+      for (int r = 0; r < n; ++r) {
+        ar_parts.push_back(rank_data(20 + k, r, {5 + k}, at::kBFloat16));
+        ag_parts.push_back(rank_data(30 + k, r, {3 + k}, at::kFloat));
+      }
+      EXPECT_TRUE(at::equal(reduced[k], reference_reduce(ar_parts, ReduceOp::kSum))) << k;
+      EXPECT_TRUE(at::equal(gathered[k], at::cat(ag_parts))) << k;
+    }
   });
 }
 

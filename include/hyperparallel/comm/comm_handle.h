@@ -4,10 +4,11 @@
 // result is in the caller's output tensor (or throws CommError). Some collectives are
 // composites (reduce-scatter = all-to-all + a local reduction in rank order; a bf16
 // all-reduce = that, then an all-gather): their wire phase runs asynchronously and their
-// finishing steps run inside wait(). So every rank must wait() its handles in the same
-// order relative to the collectives it issues — which any SPMD program does. A handle
-// dropped without wait() lets the wire transfer finish (the backend keeps the buffers
-// alive) but skips the finishing steps; the destructor never blocks and never throws.
+// finishing steps run inside wait(). Ranks may wait() in different orders: tags are drawn at
+// issue, and finishing steps that use the wire run in issue order (waiting for one handle
+// first completes the communicator's earlier ones). A handle dropped without wait() lets
+// the wire transfer finish (the backend keeps the buffers alive) but skips the finishing
+// steps; the destructor never blocks and never throws.
 #pragma once
 
 #include <chrono>
