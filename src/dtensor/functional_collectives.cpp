@@ -65,6 +65,10 @@ at::Tensor reduce_grad(const at::Tensor& x, comm::Communicator& group) {
   return one_axis(x, group, x.sizes().vec(), Replicate(), Replicate(), Partial());
 }
 
+at::Tensor local_shard(const at::Tensor& x, int64_t dim, comm::Communicator& group) {
+  return one_axis(x, group, x.sizes().vec(), Replicate(), Shard(dim));
+}
+
 at::Tensor all_to_all(const at::Tensor& x, comm::Communicator& group, const std::vector<int64_t>& output_splits,
                       const std::vector<int64_t>& input_splits) {
   auto holder = c10::make_intrusive<GroupHolder>();

@@ -28,26 +28,28 @@ Attention::Attention(const ModelConfig& c, ParamFactory& factory)
 
 at::Tensor Attention::forward(const at::Tensor& hidden, const AttentionInputs& in) {
   const int64_t batch = hidden.size(0), seq = hidden.size(1);
-  at::Tensor q = q_proj->forward(hidden).view({batch, seq, num_heads, head_dim});
-  at::Tensor k = k_proj->forward(hidden).view({batch, seq, num_kv_heads, head_dim});
-  at::Tensor v = v_proj->forward(hidden).view({batch, seq, num_kv_heads, head_dim}).transpose(1, 2);
+  // Head counts come from the projections: under tensor parallelism they are this rank's heads.
+  at::Tensor q = q_proj->forward(hidden).view({batch, seq, -1, head_dim});
+  at::Tensor k = k_proj->forward(hidden).view({batch, seq, -1, head_dim});
+  at::Tensor v = v_proj->forward(hidden).view({batch, seq, -1, head_dim}).transpose(1, 2);
+  const int64_t heads = q.size(2), kv_heads = k.size(2);
   if (q_norm) {
-    q = q_norm->forward(q);
-    k = k_norm->forward(k);
+    q = (*q_norm)(q);
+    k = (*k_norm)(k);
   }
   q = apply_rope(q.transpose(1, 2), in.cos, in.sin);
   k = apply_rope(k.transpose(1, 2), in.cos, in.sin);
   if (in.cache) std::tie(k, v) = in.cache->append(in.layer, k, v);
   const int64_t keys = k.size(2);
-  if (num_kv_heads != num_heads) {  // transformers' repeat_kv
-    const int64_t groups = num_heads / num_kv_heads;
-    k = k.unsqueeze(2).expand({batch, num_kv_heads, groups, keys, head_dim}).reshape({batch, num_heads, keys, head_dim});
-    v = v.unsqueeze(2).expand({batch, num_kv_heads, groups, keys, head_dim}).reshape({batch, num_heads, keys, head_dim});
+  if (kv_heads != heads) {  // transformers' repeat_kv
+    const int64_t groups = heads / kv_heads;
+    k = k.unsqueeze(2).expand({batch, kv_heads, groups, keys, head_dim}).reshape({batch, heads, keys, head_dim});
+    v = v.unsqueeze(2).expand({batch, kv_heads, groups, keys, head_dim}).reshape({batch, heads, keys, head_dim});
   }
   at::Tensor scores = at::matmul(q, k.transpose(2, 3)) * scaling;
   if (in.mask.defined()) scores = scores + in.mask;
   const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-  const at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({batch, seq, num_heads * head_dim});
+  const at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({batch, seq, heads * head_dim});
   return o_proj->forward(out);
 }
 

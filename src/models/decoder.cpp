@@ -31,8 +31,8 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, int64_t index, ParamFactory& fa
 
 at::Tensor DecoderLayer::forward(const at::Tensor& hidden, const AttentionInputs& inputs, std::vector<at::Tensor>* router_logits) {
   return fsdp::hooked_forward(*this, hidden, [&](const at::Tensor& x) {
-    const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), inputs);
-    return h + mlp->forward(post_attention_layernorm->forward(h), router_logits);
+    const at::Tensor h = x + (*self_attn)((*input_layernorm)(x), inputs);
+    return h + (*mlp)((*post_attention_layernorm)(h), router_logits);
   });
 }
 
@@ -103,7 +103,7 @@ at::Tensor DecoderModel::forward(const at::Tensor& input_ids, const at::Tensor& 
     inputs.layer = static_cast<int64_t>(i);
     hidden = decoder_layers[i]->forward(hidden, inputs, router_logits);
   }
-  return norm->forward(hidden);
+  return (*norm)(hidden);
 }
 
 }  // namespace hyperparallel::models

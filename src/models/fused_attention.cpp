@@ -38,8 +38,8 @@ at::Tensor FusedQKVAttention::forward(const at::Tensor& hidden, const AttentionI
   at::Tensor k = qkv.narrow(-1, q_width, kv_width).view({batch, seq, num_kv_heads_, head_dim_});
   const at::Tensor v = qkv.narrow(-1, q_width + kv_width, kv_width).view({batch, seq, num_kv_heads_, head_dim_}).transpose(1, 2).contiguous();
   if (q_norm_) {
-    q = q_norm_->forward(q);
-    k = k_norm_->forward(k);
+    q = (*q_norm_)(q);
+    k = (*k_norm_)(k);
   }
   // The G query heads of KV head kv, position-major: rows t * G + g of one [T*G, D] operand.
   if (q.scalar_type() == at::kFloat && in.cos.scalar_type() == at::kFloat) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "hyperparallel/models/module_interfaces.h"
+#include "hyperparallel/nn/forward_hooks.h"
 
 namespace hyperparallel::models {
 
@@ -38,14 +39,18 @@ class ParamFactory {
 class Linear : public torch::nn::Module {
  public:
   Linear(int64_t in, int64_t out, bool bias, ParamFactory& factory);
-  at::Tensor forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
+  at::Tensor forward(const at::Tensor& x) {
+    return nn::run_with_hooks(*this, x, [this](const at::Tensor& in) { return at::linear(in, weight, bias); });
+  }
   at::Tensor weight, bias;  // bias undefined when absent
 };
 
 class Embedding : public torch::nn::Module {
  public:
   Embedding(int64_t vocab, int64_t dim, ParamFactory& factory);
-  at::Tensor forward(const at::Tensor& ids) { return at::embedding(weight, ids); }
+  at::Tensor forward(const at::Tensor& ids) {
+    return nn::run_with_hooks(*this, ids, [this](const at::Tensor& in) { return at::embedding(weight, in); });
+  }
   at::Tensor weight;
 };
 

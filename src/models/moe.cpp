@@ -36,7 +36,7 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& x, std::vector<at::Tensor>*
     const at::Tensor& token = where[1];
     if (token.numel() == 0) continue;
     const at::Tensor expert_out =
-        expert_mlps[e]->forward(tokens.index_select(0, token), nullptr) * top_weights.index({token, slot}).unsqueeze(-1);
+        (*expert_mlps[e])(tokens.index_select(0, token), nullptr) * top_weights.index({token, slot}).unsqueeze(-1);
     out = out.index_add(0, token, expert_out.to(x.scalar_type()));
   }
   if (router_logits_out) router_logits_out->push_back(logits);

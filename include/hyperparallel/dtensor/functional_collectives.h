@@ -7,6 +7,7 @@
 //   reduce_scatter(x, dim)    P->S(dim)   all-gather
 //   all_reduce(x)             P->R        identity (Megatron's "g"); all-reduce with kPartial
 //   reduce_grad(x)            R->R        all-reduce (Megatron's "f": identity forward)
+//   local_shard(x, dim)       R->S(dim)   all-gather (this rank's slice, no communication)
 //   all_to_all(x, splits)     rows        all-to-all with the splits swapped
 //
 // They are the one-axis case of DTensor::redistribute and share its code
@@ -40,6 +41,7 @@ at::Tensor reduce_scatter(const at::Tensor& x, int64_t dim, comm::Communicator& 
 at::Tensor all_reduce(const at::Tensor& x, comm::Communicator& group, comm::ReduceOp op = comm::ReduceOp::kSum,
                       GradIs grad = GradIs::kReplicate);
 at::Tensor reduce_grad(const at::Tensor& x, comm::Communicator& group);
+at::Tensor local_shard(const at::Tensor& x, int64_t dim, comm::Communicator& group);
 // Rows of dim 0: input_splits[k] rows go to rank k, output_splits[k] come from rank k.
 at::Tensor all_to_all(const at::Tensor& x, comm::Communicator& group, const std::vector<int64_t>& output_splits,
                       const std::vector<int64_t>& input_splits);

@@ -14,6 +14,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include "hyperparallel/nn/forward_hooks.h"
+
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,10 +23,15 @@
 
 namespace hyperparallel::models {
 
+// Callers run a block as (*block)(x, ...): that goes through the block's forward hooks
+// (nn/forward_hooks.h), then the virtual forward an implementation overrides.
 class NormModule : public torch::nn::Module {
  public:
   using torch::nn::Module::Module;
   virtual at::Tensor forward(const at::Tensor& x) = 0;
+  at::Tensor operator()(const at::Tensor& x) {
+    return nn::run_with_hooks(*this, x, [this](const at::Tensor& in) { return forward(in); });
+  }
 };
 
 // Keys and values of the tokens seen so far, per layer, for incremental decoding: an
@@ -48,6 +55,9 @@ class AttentionModule : public torch::nn::Module {
  public:
   using torch::nn::Module::Module;
   virtual at::Tensor forward(const at::Tensor& hidden, const AttentionInputs& inputs) = 0;
+  at::Tensor operator()(const at::Tensor& hidden, const AttentionInputs& inputs) {
+    return nn::run_with_hooks(*this, hidden, [&](const at::Tensor& in) { return forward(in, inputs); });
+  }
 };
 
 class FeedForwardModule : public torch::nn::Module {
@@ -55,6 +65,9 @@ class FeedForwardModule : public torch::nn::Module {
   using torch::nn::Module::Module;
   // A sparse block appends its router logits [tokens, experts] to `router_logits` when given.
   virtual at::Tensor forward(const at::Tensor& x, std::vector<at::Tensor>* router_logits) = 0;
+  at::Tensor operator()(const at::Tensor& x, std::vector<at::Tensor>* router_logits) {
+    return nn::run_with_hooks(*this, x, [&](const at::Tensor& in) { return forward(in, router_logits); });
+  }
 };
 
 class ModuleSlots {

@@ -1,0 +1,27 @@
+// The tensor-parallel plans shipped for the HF decoder families (Llama, Qwen2, Qwen3), as
+// Megatron splits a transformer block: attention heads and MLP features column-parallel,
+// o_proj and down_proj row-parallel, one all-reduce per block forward and one backward; the
+// embedding vocab-parallel (kept whole when tied to the head); with sequence parallelism the
+// residual stream and the norms are sharded over the sequence and each block all-gathers
+// its input and reduce-scatters its output. Qwen3's per-head q/k norms run on local heads.
+// GQA with tp > kv heads keeps the k/v projections whole (ReplicatedKvHeads). The head
+// (lm_head) stays replicated until loss parallelism lands. docs/tp.md has the tables.
+#pragma once
+
+#include <cstdint>
+
+#include "hyperparallel/models/model_config.h"
+#include "hyperparallel/tp/parallelize_module.h"
+
+namespace hyperparallel::tp {
+
+struct TensorParallelOptions {
+  bool sequence_parallel = false;
+};
+
+// Throws UserError with the numbers and the valid degrees when `tp_size` does not fit the
+// model (heads not divisible, kv heads neither divisible nor a divisor of tp), or for a family
+// without a plan.
+ParallelizePlan plan_for(const models::ModelConfig& config, int64_t tp_size, const TensorParallelOptions& options = {});
+
+}  // namespace hyperparallel::tp

@@ -1,0 +1,116 @@
+// Tensor-parallel styles: how one module is split over the tp axis. Each style partitions
+// the module's parameters (this rank keeps its shard, in place: parameter identity and
+// names are unchanged) and attaches a forward hook (nn/forward_hooks.h) that puts the
+// module's input in the layout it computes on and its output in the layout the next module
+// expects, with the differentiable collectives of dtensor/functional_collectives.h. This is
+// the Production mode: plain local tensors, collectives only at module boundaries.
+//
+//   ColwiseParallel     Linear: weight rows (and bias) sharded, output features sharded
+//   RowwiseParallel     Linear: weight columns sharded, partial output reduced (all-reduce,
+//                       or reduce-scatter over the sequence with sequence parallelism), bias
+//                       added once after the reduction; Embedding: vocab rows sharded
+//   SequenceParallel    norms on a sharded input (sequence, or heads for q/k norms): the
+//                       replicated weight's gradient is summed over tp
+//   PrepareModuleInput  a block's input redistributed once for all its projections
+//   ReplicatedKvHeads   k/v projections when tp exceeds the kv heads (GQA)
+//   NoParallel          a replicated module whose output may be sharded (sequence parallel entry)
+// Layouts are placements on the tp axis; Shard(-1) means the last dim. docs/tp.md has the
+// gradient of every boundary and the plans for each model.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "hyperparallel/dtensor/dtensor_spec.h"
+#include "hyperparallel/dtensor/placement.h"
+#include "hyperparallel/mesh/device_mesh.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace hyperparallel::tp {
+
+// What the hooks of one parallelize_module call share: the tp mesh, and the global length of
+// each dim that a hook sharded in the current forward (so an uneven sequence is gathered back
+// to its true length).
+struct TensorParallelContext {
+  explicit TensorParallelContext(mesh::DeviceMesh tp_mesh);
+  mesh::DeviceMesh mesh;
+  std::shared_ptr<comm::Communicator> group;
+  std::map<int64_t, int64_t> sharded_dim_sizes;  // dim -> global length
+  // The global length of `dim` for a local tensor sharded on it.
+  int64_t global_size(const at::Tensor& local, int64_t dim) const;
+};
+
+// Parameter name -> its layout on the tp mesh after parallelize_module.
+using ParameterLayouts = std::map<std::string, dtensor::DTensorSpec>;
+
+class ParallelStyle {
+ public:
+  virtual ~ParallelStyle() = default;
+  // Partitions the parameters of `module` (full name `path`), attaches its hook, and records
+  // the parameters' layouts. Throws UserError naming `path` when the module is not of a kind
+  // the style supports.
+  virtual void apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
+                     ParameterLayouts& layouts) const = 0;
+  virtual std::string name() const = 0;
+};
+
+struct ColwiseParallel : ParallelStyle {
+  dtensor::Placement input_layout = dtensor::Replicate();
+  dtensor::Placement output_layout = dtensor::Shard(-1);
+  // A replicated input's gradient is summed over tp here (Megatron's "f"). False when a
+  // PrepareModuleInput of the enclosing block already does it once for all projections.
+  bool reduce_input_grad = true;
+  void apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
+             ParameterLayouts& layouts) const override;
+  std::string name() const override { return "ColwiseParallel"; }
+};
+
+struct RowwiseParallel : ParallelStyle {
+  dtensor::Placement input_layout = dtensor::Shard(-1);
+  dtensor::Placement output_layout = dtensor::Replicate();
+  void apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
+             ParameterLayouts& layouts) const override;
+  std::string name() const override { return "RowwiseParallel"; }
+};
+
+struct SequenceParallel : ParallelStyle {
+  int64_t sequence_dim = 1;
+  // Shard(sequence_dim): the input arrives sharded (the residual stream under sequence
+  // parallelism, or head-sharded q/k). Replicate: the hook takes this rank's piece.
+  dtensor::Placement input_layout = dtensor::Shard(1);
+  dtensor::Placement output_layout = dtensor::Shard(1);  // or Replicate(): gathered
+  void apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
+             ParameterLayouts& layouts) const override;
+  std::string name() const override { return "SequenceParallel"; }
+};
+
+struct PrepareModuleInput : ParallelStyle {
+  dtensor::Placement input_layout = dtensor::Replicate();
+  dtensor::Placement desired_input_layout = dtensor::Replicate();
+  void apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
+             ParameterLayouts& layouts) const override;
+  std::string name() const override { return "PrepareModuleInput"; }
+};
+
+// GQA with more tp ranks than kv heads: the k or v projection stays whole, and each rank
+// keeps the one kv head its query heads use (query heads are split evenly, tp divides them
+// and is a multiple of the kv heads). Its weight's gradient is summed over tp.
+struct ReplicatedKvHeads : ParallelStyle {
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  void apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
+             ParameterLayouts& layouts) const override;
+  std::string name() const override { return "ReplicatedKvHeads"; }
+};
+
+struct NoParallel : ParallelStyle {
+  dtensor::Placement output_layout = dtensor::Replicate();
+  void apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
+             ParameterLayouts& layouts) const override;
+  std::string name() const override { return "NoParallel"; }
+};
+
+}  // namespace hyperparallel::tp

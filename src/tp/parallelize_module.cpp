@@ -1,0 +1,35 @@
+#include "hyperparallel/tp/parallelize_module.h"
+
+#include <fnmatch.h>
+#include <torch/nn/module.h>
+
+#include "hyperparallel/platform/user_error.h"
+
+namespace hyperparallel::tp {
+
+ParameterLayouts parallelize_module(torch::nn::Module& root, const mesh::DeviceMesh& tp_mesh, const ParallelizePlan& plan) {
+  if (tp_mesh.ndim() != 1) {
+    throw UserError("parallelize_module: the tp mesh must have one axis, got " + tp_mesh.to_string() + "; pass mesh[\"tp\"]");
+  }
+  auto ctx = std::make_shared<TensorParallelContext>(tp_mesh);
+  // Match every key first, so hooks attached by one entry are never matched by the next.
+  const auto modules = root.named_modules("", /*include_self=*/false);
+  std::vector<std::vector<std::pair<std::string, torch::nn::Module*>>> matches;
+  for (const auto& [pattern, style] : plan.entries()) {
+    matches.emplace_back();
+    for (const auto& item : modules) {
+      if (fnmatch(pattern.c_str(), item.key().c_str(), 0) == 0) matches.back().emplace_back(item.key(), item.value().get());
+    }
+    if (matches.back().empty()) {
+      throw UserError("tensor parallel plan: '" + pattern + "' (" + style->name() +
+                      ") matches no module of this model; module names look like 'model.layers.0.self_attn.q_proj'");
+    }
+  }
+  ParameterLayouts layouts;
+  for (size_t i = 0; i < matches.size(); ++i) {
+    for (const auto& [path, module] : matches[i]) plan.entries()[i].second->apply(*module, path, ctx, layouts);
+  }
+  return layouts;
+}
+
+}  // namespace hyperparallel::tp
