@@ -56,6 +56,14 @@ mesh::DeviceMesh inherited_mesh(const std::vector<torch::nn::Module*>& modules) 
 FSDPModule fully_shard(const std::vector<torch::nn::Module*>& modules, const FullyShardOptions& given) {
   FullyShardOptions options = given;
   if (!options.mesh) options.mesh = inherited_mesh(modules);
+  // A mesh with a model-parallel axis would silently shard (or average) over it.
+  for (const auto& axis : options.mesh->axis_names()) {
+    if (axis == "tp" || axis == "ep" || axis == "pp" || axis == "cp") {
+      throw UserError("fully_shard: mesh " + options.mesh->to_string() + " has the model-parallel axis '" + axis +
+                      "'; pass the data-parallel sub-mesh, e.g. mesh[\"dp_shard\"] (FSDP) or mesh[{\"dp_replicate\", "
+                      "\"dp_shard\"}] (HSDP)");
+    }
+  }
   if (options.mesh->ndim() > 2) {
     throw UserError("fully_shard: mesh " + options.mesh->to_string() +
                     " has more than two axes; use a 1-D mesh (FSDP) or a 2-D (replicate, shard) mesh (HSDP)");

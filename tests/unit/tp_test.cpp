@@ -1,11 +1,13 @@
 // Tensor parallelism at the library level: the shipped plans on Llama, Qwen2 and Qwen3 debug
-// flavours train like a plain unsharded model (same seed, same batch on every tp rank), per
-// layout: TP2, TP2+SP on 2 ranks, TP4 (GQA with tp > kv heads), TP4+SP on 4 ranks; the
-// collectives of a step are counted; bad plans and degrees are UserErrors.
+// flavours train like a plain unsharded model (same seed, same global batch), per layout:
+// TP2, TP2+SP on 2 ranks; TP4 (GQA with tp > kv heads), TP4+SP, FSDP2 x TP2+SP and
+// HSDP (2, 1) x TP2 on 4 ranks; the collectives of a step are counted; bad plans, degrees and
+// meshes are UserErrors.
 #include <gtest/gtest.h>
 #include <torch/optim/sgd.h>
 
 #include "hyperparallel/dtensor/dtensor.h"
+#include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/mesh/device_mesh.h"
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/platform/user_error.h"
@@ -23,55 +25,86 @@ struct Trained {
   comm::CommCounters last_step;              // tp group, one step
 };
 
-std::map<std::string, at::Tensor> gathered_parameters(models::CausalLM& model, const mesh::DeviceMesh* tp_mesh,
-                                                      const tp::ParameterLayouts& layouts) {
+// A layout of the ranks: (dp_replicate, dp_shard, tp); FSDP when dp > 1, HSDP when both.
+struct Layout {
+  int64_t dp_replicate = 1, dp_shard = 1, tp = 1;
+  bool sequence_parallel = false;
+  std::string name() const {
+    return "dp_replicate " + std::to_string(dp_replicate) + " x dp_shard " + std::to_string(dp_shard) + " x tp " +
+           std::to_string(tp) + (sequence_parallel ? " +sp" : "");
+  }
+};
+
+// Every parameter whole: FSDP's units gathered over dp, then TP shards over tp.
+std::map<std::string, at::Tensor> gathered_parameters(models::CausalLM& model, bool fsdp, const tp::ParameterLayouts& layouts) {
+  std::map<std::string, at::Tensor> local;
+  if (fsdp) {
+    local = fsdp::full_state_dict(model);
+  } else {
+    for (const auto& item : model.named_parameters()) local[item.key()] = item.value().detach();
+  }
   std::map<std::string, at::Tensor> out;
-  for (const auto& item : model.named_parameters()) {
-    at::Tensor p = item.value().detach();
-    const auto it = layouts.find(item.key());
-    if (tp_mesh && it != layouts.end() && it->second.placements()[0].is_shard()) {
-      p = dtensor::DTensor(p, it->second).full_tensor();
-    }
-    out[item.key()] = p.clone();
+  for (const auto& [name, p] : local) {
+    const auto it = layouts.find(name);
+    const bool sharded = it != layouts.end() && it->second.placements()[0].is_shard();
+    out[name] = sharded ? dtensor::DTensor(p, it->second).full_tensor() : p.clone();
   }
   return out;
 }
 
-// SGD with momentum on a fixed sequence of batches; every tp rank sees the whole batch.
-Trained train(const std::string& flavour, const testing::RankContext* ctx, bool sequence_parallel, int steps) {
+// SGD with momentum on two alternating batches (a loss that falls); tp ranks share a batch,
+// dp ranks take their rows of it. No context: the plain model in this process.
+Trained train(const std::string& flavour, const testing::RankContext* ctx, const Layout& layout, int steps) {
   models::ModelLoadOptions options;
   options.seed = 11;
   auto model = models::AutoModelForCausalLM::from_pretrained(flavour, options);
-  std::unique_ptr<mesh::DeviceMesh> tp_mesh;
+  std::unique_ptr<mesh::DeviceMesh> mesh;
   tp::ParameterLayouts layouts;
+  int64_t dp = 1, dp_rank = 0;
+  const bool fsdp = ctx && layout.dp_replicate * layout.dp_shard > 1;
   if (ctx) {
-    tp_mesh = std::make_unique<mesh::DeviceMesh>(mesh::init_device_mesh(ctx->world, "cpu", {ctx->world_size}, {"tp"}));
-    layouts = tp::parallelize_module(*model, *tp_mesh, tp::plan_for(model->config(), ctx->world_size, {sequence_parallel}));
+    mesh = std::make_unique<mesh::DeviceMesh>(mesh::init_device_mesh(
+        ctx->world, "cpu", {layout.dp_replicate, layout.dp_shard, layout.tp}, {"dp_replicate", "dp_shard", "tp"}));
+    const auto c = mesh->coordinates();
+    dp = layout.dp_replicate * layout.dp_shard;
+    dp_rank = c[0] * layout.dp_shard + c[1];
+    if (layout.tp > 1) {
+      layouts = tp::parallelize_module(*model, (*mesh)["tp"], tp::plan_for(model->config(), layout.tp, {layout.sequence_parallel}));
+    }
+    if (fsdp) {
+      fsdp::FullyShardOptions shard;
+      shard.mesh = layout.dp_replicate > 1 ? (*mesh)[{"dp_replicate", "dp_shard"}] : (*mesh)["dp_shard"];
+      for (auto* layer : model->decoder_layers()) fsdp::fully_shard(*layer, shard);
+      fsdp::fully_shard(*model, shard);
+    }
   }
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.02).momentum(0.9));
   Trained result;
   for (int s = 0; s < steps; ++s) {
-    auto gen = at::detail::createCPUGenerator(100 + s % 2);  // two batches, alternating: a loss that falls
+    auto gen = at::detail::createCPUGenerator(100 + s % 2);
+    const at::Tensor ids = at::randint(model->config().vocab_size, {kBatch, kSeq}, gen, at::kLong);
     models::CausalLMInput in;
-    in.input_ids = at::randint(model->config().vocab_size, {kBatch, kSeq}, gen, at::kLong);
+    in.input_ids = ids.narrow(0, dp_rank * kBatch / dp, kBatch / dp);
     in.labels = in.input_ids;
-    if (tp_mesh) tp_mesh->comm("tp")->reset_counters();
+    if (mesh) mesh->comm("tp")->reset_counters();
     auto out = model->forward(in);
     opt.zero_grad();
     out.loss.backward();
-    if (tp_mesh) result.last_step = tp_mesh->comm("tp")->counters();
+    if (mesh) result.last_step = mesh->comm("tp")->counters();
     opt.step();
-    result.losses.push_back(out.loss.item<double>());
+    at::Tensor loss = out.loss.detach().clone();  // equal token counts per dp rank: the mean of means
+    if (ctx) ctx->world->all_reduce(loss, comm::ReduceOp::kAvg).wait();
+    result.losses.push_back(loss.item<double>());
   }
-  result.params = gathered_parameters(*model, tp_mesh.get(), layouts);
+  result.params = gathered_parameters(*model, fsdp, layouts);
   return result;
 }
 
-void expect_matches_one_process(const testing::RankContext& ctx, bool sequence_parallel, int steps) {
+void expect_matches_one_process(const testing::RankContext& ctx, const Layout& layout, int steps) {
   for (const std::string flavour : {"llama-debug", "qwen2-debug", "qwen3-debug"}) {
-    SCOPED_TRACE(flavour + " tp" + std::to_string(ctx.world_size) + (sequence_parallel ? "+sp" : ""));
-    const Trained ref = train(flavour, nullptr, false, steps);
-    const Trained got = train(flavour, &ctx, sequence_parallel, steps);
+    SCOPED_TRACE(flavour + " " + layout.name());
+    const Trained ref = train(flavour, nullptr, {}, steps);
+    const Trained got = train(flavour, &ctx, layout, steps);
     for (int s = 0; s < steps; ++s) EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * std::abs(ref.losses[s])) << "step " << s;
     EXPECT_LT(ref.losses.back(), ref.losses.front());  // it trains
     for (const auto& [name, p] : ref.params) {
@@ -83,10 +116,17 @@ void expect_matches_one_process(const testing::RankContext& ctx, bool sequence_p
   }
 }
 
+Layout tp_only(int64_t tp, bool sp) {
+  Layout l;
+  l.tp = tp;
+  l.sequence_parallel = sp;
+  return l;
+}
+
 TEST(TensorParallel, Tp2AndTp2WithSequenceParallelTrainLikeOneProcess) {
   testing::run_on_ranks(2, [](testing::RankContext& ctx) {
-    expect_matches_one_process(ctx, false, 20);
-    expect_matches_one_process(ctx, true, 20);
+    expect_matches_one_process(ctx, tp_only(2, false), 20);
+    expect_matches_one_process(ctx, tp_only(2, true), 20);
   });
 }
 
@@ -94,9 +134,38 @@ TEST(TensorParallel, Tp4AndTp4WithSequenceParallelTrainLikeOneProcess) {
   testing::MultiProcessOptions options;
   options.time_limit = std::chrono::seconds(300);
   testing::run_on_ranks(4, [](testing::RankContext& ctx) {
-    expect_matches_one_process(ctx, false, 20);  // 2 kv heads < 4 ranks: ReplicatedKvHeads
-    expect_matches_one_process(ctx, true, 20);
+    expect_matches_one_process(ctx, tp_only(4, false), 20);  // 2 kv heads < 4 ranks: ReplicatedKvHeads
+    expect_matches_one_process(ctx, tp_only(4, true), 20);
   }, options);
+}
+
+// TP applied first, then FSDP over the dp axes of the same mesh (TP shards sharded again).
+TEST(TensorParallel, FsdpAndHsdpOverTp2TrainLikeOneProcess) {
+  testing::MultiProcessOptions options;
+  options.time_limit = std::chrono::seconds(300);
+  testing::run_on_ranks(4, [](testing::RankContext& ctx) {
+    Layout fsdp_tp = tp_only(2, true);
+    fsdp_tp.dp_shard = 2;
+    expect_matches_one_process(ctx, fsdp_tp, 20);
+    Layout hsdp_tp = tp_only(2, false);
+    hsdp_tp.dp_replicate = 2;
+    expect_matches_one_process(ctx, hsdp_tp, 20);
+  }, options);
+}
+
+TEST(TensorParallel, FullyShardRefusesAMeshWithATpAxis) {
+  testing::run_on_ranks(2, [](testing::RankContext& ctx) {
+    auto model = models::AutoModelForCausalLM::from_pretrained("llama-debug", {});
+    fsdp::FullyShardOptions shard;
+    shard.mesh = mesh::init_device_mesh(ctx.world, "cpu", {1, 2}, {"dp_shard", "tp"});
+    try {
+      fsdp::fully_shard(*model, shard);
+      ADD_FAILURE() << "no error";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("has the model-parallel axis 'tp'; pass the data-parallel sub-mesh"), std::string::npos)
+          << e.what();
+    }
+  });
 }
 
 // Megatron's count: per block one all-reduce forward (row-parallel output) and one backward
@@ -106,13 +175,13 @@ TEST(TensorParallel, EachBlockCommunicatesOnceEachWay) {
   testing::run_on_ranks(2, [](testing::RankContext& ctx) {
     using comm::CollectiveKind;
     const int64_t layers = 4, hidden = 128, tokens = kBatch * kSeq, n = 2;
-    const Trained plain = train("llama-debug", &ctx, false, 1);
+    const Trained plain = train("llama-debug", &ctx, tp_only(2, false), 1);
     EXPECT_EQ(plain.last_step[CollectiveKind::kAllReduce].calls, 4 * layers + 1);
     EXPECT_EQ(plain.last_step.total_calls(), 4 * layers + 1);
     const int64_t activation_bytes = 2 * (n - 1) * (tokens * hidden / n) * 4;  // ring all-reduce of [B, T, H] fp32
     EXPECT_EQ(plain.last_step[CollectiveKind::kAllReduce].bytes, (4 * layers + 1) * activation_bytes);
 
-    const Trained sp = train("llama-debug", &ctx, true, 1);
+    const Trained sp = train("llama-debug", &ctx, tp_only(2, true), 1);
     // Forward: 2 gathers + 2 scatters per layer, the embedding's scatter, the final norm's
     // gather; backward mirrors each (the final gather's dual is a slice).
     EXPECT_EQ(sp.last_step[CollectiveKind::kAllGather].calls, 2 * layers + 1 + 2 * layers + 1);
