@@ -104,7 +104,9 @@ void PeerLiveness::judge() {
     if (now - store_answered_ > timeout_) {
       message = "the rendezvous store at " + store_address_ + " has not answered for " + seconds_text(timeout_) +
                 " s: rank 0's host is down or cannot be reached";
-    } else {
+    } else if (now - store_answered_ <= 2 * interval_) {
+      // Counters are news only while the store answers: when it has just stopped, rank 0's
+      // host is the suspect, not the ranks whose counters it can no longer show moving.
       std::vector<int> silent;
       for (const auto& w : watched_) {
         if (w.count >= 0 && now - w.moved > timeout_) silent.push_back(w.rank);

@@ -8,6 +8,8 @@
 
 #include "fsdp_root.h"
 #include "fsdp_unit.h"
+#include "hyperparallel/dtensor/dtensor.h"
+#include "hyperparallel/dtensor/parameter_specs.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel::fsdp {
@@ -243,8 +245,32 @@ std::map<std::string, at::Tensor> full_parameters(torch::nn::Module& root) {
   for (const auto& item : root.named_parameters()) {
     if (!done.count(item.value().unsafeGetTensorImpl())) out[item.key()] = item.value().detach().clone();
   }
+  for (const auto& [name, spec] : dtensor::parameter_specs(root)) {  // name order: the same on every rank
+    out[name] = dtensor::DTensor(out.at(name), spec).full_tensor();
+  }
   return out;
 }
+
+namespace {
+
+// FSDP's rows [first, first + rows) of dim `dim` of a tensor-parallel piece of shape
+// `piece_shape`, as a box of the global tensor.
+dtensor::Box global_box(torch::nn::Module& root, const std::string& name, const std::vector<int64_t>& piece_shape,
+                        int64_t dim, int64_t first, int64_t rows) {
+  dtensor::Box box = dtensor::parameter_box(root, name, piece_shape);
+  if (!piece_shape.empty()) {
+    box.offsets[dim] += first;
+    box.lengths[dim] = rows;
+  }
+  return box;
+}
+
+std::vector<int64_t> global_shape_of(torch::nn::Module& root, const std::string& name, const std::vector<int64_t>& piece_shape) {
+  const dtensor::DTensorSpec* spec = dtensor::find_parameter_spec(root, name);
+  return spec ? spec->global_shape() : piece_shape;
+}
+
+}  // namespace
 
 std::map<std::string, ShardedTensor> sharded_state_dict(torch::nn::Module& root) {
   std::map<std::string, ShardedTensor> out;
@@ -252,13 +278,24 @@ std::map<std::string, ShardedTensor> sharded_state_dict(torch::nn::Module& root)
   const UnitsAndPaths found = units_under(root);
   for (FSDPUnit* unit : found.units) {
     for (size_t i = 0; i < unit->params().size(); ++i) {
-      out[found.key(*unit, unit->params()[i])] = unit->local_shard(i);
+      const std::string name = found.key(*unit, unit->params()[i]);
+      ShardedTensor t = unit->local_shard(i);
+      const std::vector<int64_t> piece = t.global_shape;
+      const int64_t rows = t.local.dim() == 0 ? 1 : t.local.size(t.shard_dim);
+      const dtensor::Box box = global_box(root, name, piece, t.shard_dim, t.row_offset, rows);
+      t.offsets = box.offsets;
+      t.lengths = box.lengths;
+      t.global_shape = global_shape_of(root, name, piece);
+      out[name] = std::move(t);
       done.insert(unit->params()[i].param.unsafeGetTensorImpl());
     }
   }
   for (const auto& item : root.named_parameters()) {
     if (done.insert(item.value().unsafeGetTensorImpl()).second) {
-      out[item.key()] = ShardedTensor{item.value().detach().clone(), item.value().sizes().vec(), 0};
+      const std::vector<int64_t> piece = item.value().sizes().vec();
+      const dtensor::Box box = dtensor::parameter_box(root, item.key(), piece);
+      out[item.key()] = ShardedTensor{item.value().detach().clone(), global_shape_of(root, item.key(), piece), 0, 0,
+                                      box.offsets, box.lengths};
     }
   }
   return out;
@@ -315,6 +352,7 @@ std::map<std::string, std::vector<int64_t>> full_parameter_shapes(torch::nn::Mod
   for (const auto& item : root.named_parameters()) {
     if (!managed.count(item.value().unsafeGetTensorImpl()) && !shapes.count(item.key())) shapes[item.key()] = item.value().sizes().vec();
   }
+  for (auto& [name, shape] : shapes) shape = global_shape_of(root, name, shape);
   return shapes;
 }
 
@@ -330,21 +368,31 @@ void load_full_state_dict(torch::nn::Module& root, const std::map<std::string, a
                       ", the model's parameter has " + shape_text(shape));
     }
   }
+  // This rank's tensor-parallel piece of a full tensor (the tensor itself without TP).
+  const auto piece_of = [&](const std::string& name) {
+    const at::Tensor& full = state.at(name);
+    const dtensor::DTensorSpec* spec = dtensor::find_parameter_spec(root, name);
+    if (!spec) return full;
+    at::Tensor t = full;
+    const dtensor::Box box = spec->local_box();
+    for (size_t d = 0; d < box.offsets.size(); ++d) t = t.narrow(static_cast<int64_t>(d), box.offsets[d], box.lengths[d]);
+    return t;
+  };
   at::NoGradGuard no_grad;
   std::set<const c10::TensorImpl*> done;
   for (FSDPUnit* unit : found.units) {
     unit->reshard();
     for (size_t i = 0; i < unit->params().size(); ++i) {
-      unit->load_full(i, state.at(found.key(*unit, unit->params()[i])).to(at::kFloat));
+      unit->load_full(i, piece_of(found.key(*unit, unit->params()[i])).to(at::kFloat));
       done.insert(unit->params()[i].param.unsafeGetTensorImpl());
     }
   }
   for (const auto& item : root.named_parameters()) {
-    if (done.insert(item.value().unsafeGetTensorImpl()).second) item.value().copy_(state.at(item.key()));
+    if (done.insert(item.value().unsafeGetTensorImpl()).second) item.value().copy_(piece_of(item.key()));
   }
 }
 
-void load_parameters_by_rows(torch::nn::Module& root, const ParameterRowReader& read) {
+void load_parameters(torch::nn::Module& root, const ParameterBoxReader& read) {
   at::NoGradGuard no_grad;
   std::set<const c10::TensorImpl*> done;
   const UnitsAndPaths found = units_under(root);
@@ -354,17 +402,15 @@ void load_parameters_by_rows(torch::nn::Module& root, const ParameterRowReader& 
       const ShardedParam& sp = unit->params()[i];
       done.insert(sp.param.unsafeGetTensorImpl());
       if (sp.local_rows == 0) continue;
-      unit->load_local_rows(i, read(found.key(*unit, sp), sp.shard_dim, unit->first_row(i), sp.local_rows));
+      const std::string name = found.key(*unit, sp);
+      const at::Tensor rows = read(name, global_box(root, name, sp.shape, sp.shard_dim, unit->first_row(i), sp.local_rows));
+      unit->load_local_rows(i, rows);
     }
   }
   for (const auto& item : root.named_parameters()) {
     if (!done.insert(item.value().unsafeGetTensorImpl()).second) continue;
     at::Tensor param = item.value();
-    if (param.dim() == 0) {
-      param.copy_(read(item.key(), 0, 0, 1).reshape({}));
-    } else {
-      param.copy_(read(item.key(), 0, 0, param.size(0)));
-    }
+    param.copy_(read(item.key(), dtensor::parameter_box(root, item.key(), param.sizes().vec())).reshape(param.sizes()));
   }
 }
 

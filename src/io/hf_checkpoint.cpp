@@ -86,6 +86,10 @@ at::Tensor HfCheckpoint::read_rows(const std::string& name, int64_t dim, int64_t
   return file_for(name).read_rows(name, dim, first, count);
 }
 
+at::Tensor HfCheckpoint::read_box(const std::string& name, const std::vector<int64_t>& offsets, const std::vector<int64_t>& lengths) {
+  return file_for(name).read_box(name, offsets, lengths);
+}
+
 uint64_t parse_byte_size(const std::string& text) {
   size_t digits = 0;
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;

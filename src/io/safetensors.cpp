@@ -231,23 +231,49 @@ at::Tensor SafetensorsFile::read_rows(const std::string& name, int64_t dim, int6
     throw UserError("safetensors file " + path_ + ", tensor '" + name + "': cannot take slices of dim " + std::to_string(dim));
   }
   if (ndim == 0) return read(name);
-  if (first < 0 || count < 0 || first + count > e.shape[dim]) {
-    throw UserError("safetensors file " + path_ + ", tensor '" + name + "': rows [" + std::to_string(first) + ", " +
-                    std::to_string(first + count) + ") of dim " + std::to_string(dim) + " exceed its size " +
-                    std::to_string(e.shape[dim]));
+  std::vector<int64_t> offsets(e.shape.size(), 0), lengths = e.shape;
+  offsets[dim] = first;
+  lengths[dim] = count;
+  return read_box(name, offsets, lengths);
+}
+
+at::Tensor SafetensorsFile::read_box(const std::string& name, const std::vector<int64_t>& offsets,
+                                     const std::vector<int64_t>& lengths) const {
+  const SafetensorsEntry& e = entry(name);
+  const size_t ndim = e.shape.size();
+  if (offsets.size() != ndim || lengths.size() != ndim) {
+    throw UserError("safetensors file " + path_ + ", tensor '" + name + "': a box of " + std::to_string(offsets.size()) +
+                    " dims for a tensor of " + std::to_string(ndim));
   }
-  std::vector<int64_t> out_shape = e.shape;
-  out_shape[dim] = count;
-  at::Tensor out = at::empty(out_shape, at::TensorOptions().dtype(e.dtype));
+  for (size_t d = 0; d < ndim; ++d) {
+    if (offsets[d] < 0 || lengths[d] < 0 || offsets[d] + lengths[d] > e.shape[d]) {
+      throw UserError("safetensors file " + path_ + ", tensor '" + name + "': rows [" + std::to_string(offsets[d]) + ", " +
+                      std::to_string(offsets[d] + lengths[d]) + ") of dim " + std::to_string(d) + " exceed its size " +
+                      std::to_string(e.shape[d]));
+    }
+  }
+  if (ndim == 0) return read(name);
+  at::Tensor out = at::empty(lengths, at::TensorOptions().dtype(e.dtype));
   if (out.numel() == 0) return out;
-  // outer blocks x (count x inner) contiguous pieces
-  int64_t outer = 1, inner = c10::elementSize(e.dtype);
-  for (int64_t d = 0; d < dim; ++d) outer *= e.shape[d];
-  for (int64_t d = dim + 1; d < ndim; ++d) inner *= e.shape[d];
+  // The box is a grid of contiguous runs: dims after `run_dim` are whole, so one run holds
+  // lengths[run_dim] x (the whole inner dims) elements.
+  const int64_t esize = static_cast<int64_t>(c10::elementSize(e.dtype));
+  int64_t run_dim = static_cast<int64_t>(ndim) - 1, inner = esize;
+  while (run_dim > 0 && offsets[run_dim] == 0 && lengths[run_dim] == e.shape[run_dim]) inner *= e.shape[run_dim--];
+  std::vector<int64_t> strides(ndim, esize);  // bytes, in the file
+  for (int64_t d = static_cast<int64_t>(ndim) - 2; d >= 0; --d) strides[d] = strides[d + 1] * e.shape[d + 1];
+  const int64_t run_bytes = lengths[run_dim] * inner;
   const char* src = data_of(e);
   char* dst = static_cast<char*>(out.data_ptr());
-  for (int64_t o = 0; o < outer; ++o) {
-    std::memcpy(dst + o * count * inner, src + (o * e.shape[dim] + first) * inner, count * inner);
+  std::vector<int64_t> index(run_dim, 0);  // odometer over the dims before run_dim
+  while (true) {
+    int64_t at = offsets[run_dim] * strides[run_dim];
+    for (int64_t d = 0; d < run_dim; ++d) at += (offsets[d] + index[d]) * strides[d];
+    std::memcpy(dst, src + at, run_bytes);
+    dst += run_bytes;
+    int64_t d = run_dim - 1;
+    while (d >= 0 && ++index[d] == lengths[d]) index[d--] = 0;
+    if (d < 0) break;
   }
   return out;
 }

@@ -89,8 +89,8 @@ void load_pretrained_weights(CausalLM& model, const std::string& dir) {
       throw UserError("weights in " + dir + ": tensor '" + name + "' is " + e.dtype_name + ", a parameter must be floating point");
     }
   }
-  fsdp::load_parameters_by_rows(model, [&](const std::string& name, int64_t dim, int64_t first, int64_t count) {
-    return checkpoint.read_rows(name, dim, first, count);
+  fsdp::load_parameters(model, [&](const std::string& name, const dtensor::Box& box) {
+    return checkpoint.read_box(name, box.offsets, box.lengths);
   });
 }
 

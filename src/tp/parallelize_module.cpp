@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 #include <torch/nn/module.h>
 
+#include "hyperparallel/dtensor/parameter_specs.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel::tp {
@@ -28,6 +29,11 @@ ParameterLayouts parallelize_module(torch::nn::Module& root, const mesh::DeviceM
   ParameterLayouts layouts;
   for (size_t i = 0; i < matches.size(); ++i) {
     for (const auto& [path, module] : matches[i]) plan.entries()[i].second->apply(*module, path, ctx, layouts);
+  }
+  // Split parameters carry their spec on the model (dtensor/parameter_specs.h), so FSDP, the
+  // state dicts and checkpoints see the global layout.
+  for (const auto& [name, spec] : layouts) {
+    if (spec.placements()[0].is_shard()) dtensor::record_parameter_spec(root, name, spec);
   }
   return layouts;
 }

@@ -85,7 +85,7 @@ nlohmann::json info_json(const CheckpointInfo& info) {
           {"mesh_shape", info.mesh_shape}, {"model", info.model}};
 }
 
-// Every piece of every tensor in a checkpoint's rank files, and reads of any rows of them.
+// Every piece of every tensor in a checkpoint's rank files, and reads of any box of them.
 class ShardReader {
  public:
   ShardReader(const std::string& dir, const std::vector<std::string>& checksums, int own_rank) {
@@ -103,40 +103,63 @@ class ShardReader {
       const nlohmann::json table = nlohmann::json::parse(found->second, nullptr, false);
       if (!table.is_object()) throw UserError("checkpoint file " + path + " has a damaged shard table");
       for (const auto& [name, s] : table.items()) {
-        Piece piece{static_cast<size_t>(r), s.at("global_shape").get<std::vector<int64_t>>(), s.at("shard_dim").get<int64_t>(),
-                    s.at("row_offset").get<int64_t>(), s.value("step", int64_t{0})};
-        // The own rank's piece first: on an unchanged layout every read is one piece.
+        Piece piece{static_cast<size_t>(r), s.at("global_shape").get<std::vector<int64_t>>(), {}, s.value("step", int64_t{0})};
+        if (s.contains("offsets")) {
+          piece.box = {s.at("offsets").get<std::vector<int64_t>>(), s.at("lengths").get<std::vector<int64_t>>()};
+        } else {  // written before N-D boxes: rows of one dim
+          const int64_t dim = s.at("shard_dim").get<int64_t>();
+          piece.box = {std::vector<int64_t>(piece.global_shape.size(), 0), files_.back()->entry("param/" + name).shape};
+          if (!piece.global_shape.empty()) piece.box.offsets[static_cast<size_t>(dim)] = s.at("row_offset").get<int64_t>();
+        }
+        // The own rank's piece first: on an unchanged layout every read is one piece. A box
+        // seen already (replicas in checkpoints written before pieces were written once) is
+        // the same data: keep one.
         auto& list = pieces_[name];
+        const auto same = std::find_if(list.begin(), list.end(), [&](const Piece& p) { return p.box == piece.box; });
+        if (same != list.end()) {
+          if (r == own_rank) *same = piece;
+          continue;
+        }
         list.insert(r == own_rank ? list.begin() : list.end(), piece);
       }
     }
   }
 
-  bool has(const std::string& tensor) const { return files_.empty() ? false : files_.front()->contains(tensor); }
+  bool has(const std::string& kind, const std::string& name) const {
+    for (const Piece& p : pieces_of(name)) {
+      if (files_[p.file]->contains(kind + "/" + name)) return true;
+    }
+    return false;
+  }
   int64_t step_of(const std::string& name) const { return pieces_of(name).front().step; }
   const std::vector<int64_t>& global_shape(const std::string& name) const { return pieces_of(name).front().global_shape; }
 
-  // Rows [first, first + count) of dim `dim` of `kind`/`name` (kind: param, exp_avg, exp_avg_sq).
-  at::Tensor rows(const std::string& kind, const std::string& name, int64_t dim, int64_t first, int64_t count) const {
-    const auto& pieces = pieces_of(name);
+  // The box `want` of `kind`/`name` (kind: param, exp_avg, exp_avg_sq), from one piece when
+  // one holds it, else assembled from every piece it overlaps.
+  at::Tensor box(const std::string& kind, const std::string& name, const dtensor::Box& want) const {
     const std::string key = kind + "/" + name;
+    const auto& pieces = pieces_of(name);
     for (const Piece& p : pieces) {
-      const int64_t held = files_[p.file]->entry(key).shape.empty() ? 1 : files_[p.file]->entry(key).shape[static_cast<size_t>(dim)];
-      if (p.shard_dim == dim && p.row_offset <= first && first + count <= p.row_offset + held) {
-        return files_[p.file]->read_rows(key, dim, first - p.row_offset, count);
-      }
+      if (contains(p.box, want)) return files_[p.file]->read_box(key, relative(want.offsets, p.box), want.lengths);
     }
-    // Pieces split along another dim (or across several files): assemble, then cut.
-    at::Tensor full = at::zeros(pieces.front().global_shape, at::kFloat);
+    at::Tensor out;
+    int64_t covered = 0;
     for (const Piece& p : pieces) {
-      const at::Tensor piece = files_[p.file]->read(key);
-      if (full.dim() == 0) {
-        full.copy_(piece.reshape({}));
-      } else {
-        full.narrow(p.shard_dim, p.row_offset, piece.size(p.shard_dim)).copy_(piece);
+      dtensor::Box common;
+      if (!files_[p.file]->contains(key) || !intersect(p.box, want, &common)) continue;
+      const at::Tensor part = files_[p.file]->read_box(key, relative(common.offsets, p.box), common.lengths);
+      if (!out.defined()) out = at::zeros(want.lengths, part.options());
+      at::Tensor target = out;
+      for (size_t d = 0; d < want.offsets.size(); ++d) {
+        target = target.narrow(static_cast<int64_t>(d), common.offsets[d] - want.offsets[d], common.lengths[d]);
       }
+      target.copy_(part);
+      covered += part.numel();
     }
-    return full.dim() == 0 ? full : full.narrow(dim, first, count).contiguous();
+    if (!out.defined() || covered != out.numel()) {
+      throw UserError("the checkpoint does not hold all of " + key + " that this rank needs; it is damaged or incomplete");
+    }
+    return out;
   }
 
   at::Tensor rng_state(int rank) const {
@@ -148,8 +171,31 @@ class ShardReader {
   struct Piece {
     size_t file;
     std::vector<int64_t> global_shape;
-    int64_t shard_dim, row_offset, step;
+    dtensor::Box box;
+    int64_t step;
   };
+  static bool contains(const dtensor::Box& outer, const dtensor::Box& inner) {
+    for (size_t d = 0; d < outer.offsets.size(); ++d) {
+      if (inner.offsets[d] < outer.offsets[d] || inner.offsets[d] + inner.lengths[d] > outer.offsets[d] + outer.lengths[d]) return false;
+    }
+    return true;
+  }
+  static bool intersect(const dtensor::Box& a, const dtensor::Box& b, dtensor::Box* out) {
+    *out = a;
+    for (size_t d = 0; d < a.offsets.size(); ++d) {
+      const int64_t lo = std::max(a.offsets[d], b.offsets[d]);
+      const int64_t hi = std::min(a.offsets[d] + a.lengths[d], b.offsets[d] + b.lengths[d]);
+      if (hi <= lo) return false;
+      out->offsets[d] = lo;
+      out->lengths[d] = hi - lo;
+    }
+    return true;
+  }
+  static std::vector<int64_t> relative(const std::vector<int64_t>& offsets, const dtensor::Box& piece) {
+    std::vector<int64_t> out = offsets;
+    for (size_t d = 0; d < out.size(); ++d) out[d] -= piece.offsets[d];
+    return out;
+  }
   const std::vector<Piece>& pieces_of(const std::string& name) const {
     auto it = pieces_.find(name);
     if (it == pieces_.end()) {
@@ -160,6 +206,35 @@ class ShardReader {
   std::vector<std::unique_ptr<io::SafetensorsFile>> files_;
   std::map<std::string, std::vector<Piece>> pieces_;
 };
+
+// Which of this rank's pieces it writes: the first rank (in world order) holding a given box
+// of a tensor writes it, so HSDP replicas and tp ranks that hold the same piece do not write
+// it again. One all-gather of a hash per piece.
+std::vector<bool> pieces_to_write(const std::map<std::string, fsdp::ShardedTensor>& shards, comm::Communicator& world) {
+  std::vector<int64_t> hashes;
+  for (const auto& [name, shard] : shards) {
+    uint64_t h = 1469598103934665603ull;
+    for (const auto* v : {&shard.offsets, &shard.lengths}) {
+      for (int64_t x : *v) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+    }
+    hashes.push_back(static_cast<int64_t>(h));
+  }
+  const int64_t n = static_cast<int64_t>(hashes.size());
+  at::Tensor all = at::zeros({world.size() * n}, at::kLong);
+  world.all_gather(all, at::tensor(hashes, at::kLong)).wait();
+  const auto* table = all.data_ptr<int64_t>();
+  std::vector<bool> write(static_cast<size_t>(n), true);
+  size_t i = 0;
+  for (const auto& item : shards) {
+    const bool empty = item.second.local.numel() == 0;
+    for (int r = 0; r < world.rank() && !empty; ++r) {
+      if (table[r * n + static_cast<int64_t>(i)] == hashes[i]) write[i] = false;
+    }
+    if (empty) write[i] = false;
+    ++i;
+  }
+  return write;
+}
 
 }  // namespace
 
@@ -191,8 +266,12 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointInfo&
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   nlohmann::json shards = nlohmann::json::object();
   const auto params = optimizer_params(model, optimizer);
-  for (const auto& [name, shard] : fsdp::sharded_state_dict(model)) {
-    nlohmann::json s = {{"global_shape", shard.global_shape}, {"shard_dim", shard.shard_dim}, {"row_offset", shard.row_offset}};
+  const auto state_dict = fsdp::sharded_state_dict(model);
+  const std::vector<bool> write = pieces_to_write(state_dict, world);
+  size_t index = 0;
+  for (const auto& [name, shard] : state_dict) {
+    if (!write[index++]) continue;
+    nlohmann::json s = {{"global_shape", shard.global_shape}, {"offsets", shard.offsets}, {"lengths", shard.lengths}};
     tensors.emplace_back("param/" + name, shard.local.contiguous());
     auto p = params.find(name);
     if (p != params.end()) {
@@ -288,20 +367,23 @@ CheckpointInfo load_checkpoint(const std::string& dir, torch::nn::Module& model,
       throw UserError("checkpoint parameter " + name + " has another shape than the model's; it was written by another model");
     }
   }
-  fsdp::load_parameters_by_rows(model, [&](const std::string& name, int64_t dim, int64_t first, int64_t count) {
-    return reader.rows("param", name, dim, first, count);
-  });
+  fsdp::load_parameters(model, [&](const std::string& name, const dtensor::Box& box) { return reader.box("param", name, box); });
   if (optimizer) {
     const auto params = optimizer_params(model, *optimizer);
     optimizer->state().clear();
     for (const auto& [name, shard] : fsdp::sharded_state_dict(model)) {
       auto p = params.find(name);
-      if (p == params.end() || !reader.has("exp_avg/" + name)) continue;
-      const int64_t rows = shard.local.dim() == 0 ? 1 : shard.local.size(shard.shard_dim);
+      if (p == params.end() || !reader.has("exp_avg", name)) continue;
+      const dtensor::Box box{shard.offsets, shard.lengths};
       auto state = std::make_unique<torch::optim::AdamWParamState>();
       state->step(reader.step_of(name));
-      state->exp_avg(reader.rows("exp_avg", name, shard.shard_dim, shard.row_offset, rows).reshape(shard.local.sizes()).clone());
-      state->exp_avg_sq(reader.rows("exp_avg_sq", name, shard.shard_dim, shard.row_offset, rows).reshape(shard.local.sizes()).clone());
+      if (shard.local.numel() == 0) {
+        state->exp_avg(at::zeros_like(shard.local));
+        state->exp_avg_sq(at::zeros_like(shard.local));
+      } else {
+        state->exp_avg(reader.box("exp_avg", name, box).reshape(shard.local.sizes()).to(at::kFloat).clone());
+        state->exp_avg_sq(reader.box("exp_avg_sq", name, box).reshape(shard.local.sizes()).to(at::kFloat).clone());
+      }
       optimizer->state()[c10::guts::to_string(p->second.unsafeGetTensorImpl())] = std::move(state);
     }
     const at::Tensor rng = reader.rng_state(world_rank);

@@ -41,7 +41,7 @@ void check_heldout_config(const TrainConfig& c) {
 }
 
 HeldoutScore evaluate_heldout(models::CausalLM& model, const data::Tokenizer& tokenizer, const TrainConfig& c,
-                              comm::Communicator& world) {
+                              comm::Communicator& world, int64_t share, int64_t shares) {
   check_heldout_config(c);
   const std::vector<std::string> names = synthetic_names(c.dataset);
   const int64_t n = c.heldout_eval_samples;
@@ -66,10 +66,10 @@ HeldoutScore evaluate_heldout(models::CausalLM& model, const data::Tokenizer& to
     longest_answer = std::max(longest_answer, tokenizer.encode(expected.back()).size());
   }
 
-  // Rank r answers prompts [r * chunk, (r + 1) * chunk); a rank with none still decodes
+  // Share s answers prompts [s * chunk, (s + 1) * chunk); a share with none still decodes
   // (one stand-in prompt) so every rank runs the same forwards.
-  const int64_t chunk = (n + world.size() - 1) / world.size();
-  const int64_t begin = std::min(n, world.rank() * chunk), end = std::min(n, begin + chunk);
+  const int64_t chunk = (n + shares - 1) / shares;
+  const int64_t begin = std::min(n, share * chunk), end = std::min(n, begin + chunk);
   std::vector<std::vector<int64_t>> mine(prompts.begin() + begin, prompts.begin() + end);
   if (mine.empty()) mine.push_back(prompts.front());
 
@@ -88,7 +88,7 @@ HeldoutScore evaluate_heldout(models::CausalLM& model, const data::Tokenizer& to
   }
   at::Tensor count = at::full({1}, correct, at::kLong);
   world.all_reduce(count).wait();
-  score.correct = count.item<int64_t>();
+  score.correct = count.item<int64_t>() / (world.size() / shares);  // each share counted by all its ranks
   score.total = n;
   return score;
 }

@@ -32,8 +32,10 @@ struct HeldoutScore {
 // UserError when no dataset in config.dataset is a built-in synthetic one.
 void check_heldout_config(const TrainConfig& config);
 
-// Collective over `world`: every rank calls it with the same arguments.
+// Collective over `world`: every rank calls it with the same arguments. The prompts are split
+// over `shares` data-parallel shares; this rank answers share `share` (ranks of one tensor-
+// parallel group share one and run the same forwards).
 HeldoutScore evaluate_heldout(models::CausalLM& model, const data::Tokenizer& tokenizer, const TrainConfig& config,
-                              comm::Communicator& world);
+                              comm::Communicator& world, int64_t share, int64_t shares);
 
 }  // namespace hyperparallel::train

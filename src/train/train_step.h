@@ -6,7 +6,9 @@
 // FSDP sums (not averages) the gradients, so the step equals one step of a single process on
 // the global batch whatever the layout and accumulation. Gradient sync runs on the last
 // micro-batch only. A parameter's share of the squared norm is weighted so that the world sum,
-// divided by the replicas, counts each element once (replicated parameters: replicas / world).
+// divided by the replicas, counts each element once: weight = replicas / (the number of ranks
+// holding the same piece) — 1 for an FSDP shard of a tensor-parallel piece, 1 / tp for an FSDP
+// shard of a parameter every tp rank holds whole, replicas / world for one whole everywhere.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "hyperparallel/comm/communicator.h"
+#include "parallelize.h"
 #include "train_data.h"
 
 namespace torch::optim {
@@ -39,7 +42,7 @@ struct StepSetup {
   std::vector<at::Tensor> params;
   std::vector<double> norm_weights;  // per parameter, see above
   int64_t accumulation = 1;
-  int64_t dp = 1, dp_rank = 0, replicas = 1;
+  int64_t dp = 1, dp_rank = 0, replicas = 1, tp = 1;
   double max_grad_norm = 0;  // 0 = no clipping
 };
 
@@ -48,6 +51,11 @@ struct StepOutcome {
   double grad_norm = 0;  // before clipping
   int64_t input_tokens = 0;  // of the global batch
 };
+
+// The norm weights of model.parameters(), in order (see above): `replicate_params` are whole
+// on every data-parallel rank; parameters with a recorded spec are tensor-parallel pieces.
+std::vector<double> gradient_norm_weights(models::CausalLM& model, const std::vector<at::Tensor>& replicate_params,
+                                          const ParallelLayout& layout);
 
 // One step on `global_rows` (the sampler's global batch) at learning rate `lr`.
 StepOutcome run_optimizer_step(const StepSetup& setup, const std::vector<int64_t>& global_rows, double lr);

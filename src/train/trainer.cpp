@@ -1,7 +1,6 @@
 // The SFT training loop. See train/trainer.h.
 #include "hyperparallel/train/trainer.h"
 
-#include <fnmatch.h>
 #include <sys/resource.h>
 #include <torch/optim/adamw.h>
 
@@ -20,6 +19,7 @@
 #include "hyperparallel/train/checkpoint.h"
 #include "hyperparallel/train/lr_schedule.h"
 #include "heldout_eval.h"
+#include "parallelize.h"
 #include "train_data.h"
 #include "train_output.h"
 #include "train_step.h"
@@ -29,17 +29,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-mesh::DeviceMesh build_mesh(const TrainConfig& c, const std::shared_ptr<comm::Communicator>& world) {
-  const int64_t n = world->size();
-  const int64_t shard = c.fsdp_config.dp_shard_size == -1 ? n : c.fsdp_config.dp_shard_size;
-  if (shard > n || n % shard != 0) {
-    throw UserError("fsdp_config.dp_shard_size: " + std::to_string(shard) + " does not divide the world size " +
-                    std::to_string(n) + "; use a divisor of it (the rest become replicas, HSDP) or -1 for all ranks");
-  }
-  if (shard == n) return mesh::init_device_mesh(world, "cpu", {n}, {"dp_shard"});
-  return mesh::init_device_mesh(world, "cpu", {n / shard, shard}, {"dp_replicate", "dp_shard"});
-}
 
 // Rank 0 decides whether output_dir may be used; every rank learns the verdict.
 void prepare_output_dir(const TrainConfig& c, comm::Communicator& world) {
@@ -59,38 +48,6 @@ void prepare_output_dir(const TrainConfig& c, comm::Communicator& world) {
   at::Tensor flag = at::full({1}, problem.empty() ? 0 : 1, at::kInt);
   world.broadcast(flag, 0).wait();
   if (flag.item<int>() != 0) throw UserError(world.rank() == 0 ? problem : "rank 0 could not use output_dir " + c.output_dir);
-}
-
-fsdp::FullyShardOptions shard_options(const TrainConfig& c, const mesh::DeviceMesh& mesh, models::CausalLM& model) {
-  fsdp::FullyShardOptions o;
-  o.mesh = mesh;
-  const int64_t raf = c.fsdp_config.reshard_after_forward;
-  if (raf <= 1) {
-    o.reshard_after_forward = raf == 1;
-  } else {
-    o.reshard_after_forward = static_cast<int>(raf);
-  }
-  o.comm_fusion = c.fsdp_config.comm_fusion;
-  o.forward_prefetch_depth = static_cast<int>(c.fsdp_config.forward_prefetch_depth);
-  o.backward_prefetch_depth = static_cast<int>(c.fsdp_config.backward_prefetch_depth);
-  const auto dtype = [](const std::string& name) { return name == "bfloat16" ? at::kBFloat16 : at::kFloat; };
-  const MixPrecisionConfig& mp = c.fsdp_config.mix_precision;
-  const std::string param_dtype = c.bf16 && mp.param_dtype == "float32" ? "bfloat16" : mp.param_dtype;
-  if (param_dtype != "float32") o.mp_policy.param_dtype = dtype(param_dtype);
-  if (mp.reduce_dtype != "float32") o.mp_policy.reduce_dtype = dtype(mp.reduce_dtype);
-  if (mp.output_dtype != "float32") o.mp_policy.output_dtype = dtype(mp.output_dtype);
-  o.offload_policy.cpu_offload = c.fsdp_config.enable_offload;
-  for (const auto& pattern : c.fsdp_config.replicate_params) {
-    bool matched = false;
-    for (const auto& item : model.named_parameters()) {
-      if (fnmatch(pattern.c_str(), item.key().c_str(), 0) == 0) {
-        o.replicate_params.push_back(item.value());
-        matched = true;
-      }
-    }
-    if (!matched) throw UserError("fsdp_config.replicate_params: '" + pattern + "' matches no parameter of the model");
-  }
-  return o;
 }
 
 // AdamW with HF's grouping: no weight decay on biases and norm weights.
@@ -117,8 +74,9 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(const TrainConfig& c, models
 // back to its sharded state (a forward without backward leaves the root, and with
 // reshard_after_forward off every unit, unsharded).
 double evaluate_and_report(const char* when, models::CausalLM& model, const TrainData& data, const TrainConfig& c,
+                           const ParallelLayout& layout,
                            comm::Communicator& world, std::vector<fsdp::FSDPModule>& units, std::ostream& log) {
-  const HeldoutScore score = evaluate_heldout(model, *data.tokenizer, c, world);
+  const HeldoutScore score = evaluate_heldout(model, *data.tokenizer, c, world, layout.dp_rank(), layout.dp());
   for (auto& unit : units) unit.reshard();
   if (world.rank() != 0) return score.accuracy();
   char line[160];
@@ -177,9 +135,10 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
   prepare_output_dir(c, *world);
   TrainData data = prepare_train_data(c);
 
-  const mesh::DeviceMesh mesh = build_mesh(c, world);
-  const int64_t dp = mesh.size(), dp_rank = mesh.rank();
-  const int64_t replicas = mesh.ndim() == 2 ? mesh.shape()[0] : 1;
+  const ParallelLayout layout = build_layout(c, world);
+  const mesh::DeviceMesh& mesh = layout.mesh;
+  const int64_t dp = layout.dp(), dp_rank = layout.dp_rank(), tp = layout.tp();
+  const int64_t replicas = layout.dims.dp_replicate;
 
   models::ModelLoadOptions load;
   load.seed = static_cast<uint64_t>(c.seed);
@@ -195,31 +154,23 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
                       "; use the model's own tokenizer (tokenizer: ...)");
     }
   }
-  const fsdp::FullyShardOptions shard = shard_options(c, mesh, *model);
-  std::vector<fsdp::FSDPModule> units;
-  for (auto* layer : model->decoder_layers()) units.push_back(fsdp::fully_shard(*layer, shard));
-  fsdp::FSDPModule root = fsdp::fully_shard(*model, shard);
-  units.push_back(root);
+  ParallelModel parallel = parallelize(*model, layout, c);
+  std::vector<fsdp::FSDPModule>& units = parallel.units;
+  fsdp::FSDPModule root = units.back();
   root.set_reduce_op_type("sum");  // each micro-batch loss is already divided by the global token count
   root.set_reshard_after_backward(c.fsdp_config.reshard_after_backward);
   if (from_folder) models::load_pretrained_weights(*model, c.model_name_or_path);
   if (!c.do_train) {  // load, evaluate, export
     TrainResult result;
-    if (c.heldout_eval_samples > 0) result.heldout_accuracy_after = evaluate_and_report("without", *model, data, c, *world, units, log);
+    if (c.heldout_eval_samples > 0) result.heldout_accuracy_after = evaluate_and_report("without", *model, data, c, layout, *world, units, log);
     export_model(*model, c, leader);
     if (leader) log << "do_train is false: exported the model to " << c.output_dir << " without training\n";
     return result;
   }
   auto optimizer = make_optimizer(c, *model);
   StepSetup step_setup{*model, root, *optimizer, *world, data, model->parameters(), {}, c.gradient_accumulation_steps,
-                       dp, dp_rank, replicas, c.max_grad_norm};
-  // A shard exists once per replica group (weight 1), a replicated parameter's whole gradient
-  // once per rank (weight replicas / world).
-  for (const auto& p : step_setup.params) {
-    const bool replicated = std::any_of(shard.replicate_params.begin(), shard.replicate_params.end(),
-                                        [&](const at::Tensor& r) { return r.is_same(p); });
-    step_setup.norm_weights.push_back(replicated ? static_cast<double>(replicas) / static_cast<double>(world->size()) : 1.0);
-  }
+                       dp, dp_rank, replicas, tp, c.max_grad_norm};
+  step_setup.norm_weights = gradient_norm_weights(*model, parallel.replicate_params, layout);
 
   const int64_t accum = c.gradient_accumulation_steps, per_device = c.per_device_train_batch_size;
   const data::GlobalBatchSampler sampler(static_cast<int64_t>(data.rows.size()), per_device * accum * dp,
@@ -289,7 +240,7 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
   const double wait_start = wait_now();
 
   TrainResult result;
-  if (c.heldout_eval_samples > 0) result.heldout_accuracy_before = evaluate_and_report("before", *model, data, c, *world, units, log);
+  if (c.heldout_eval_samples > 0) result.heldout_accuracy_before = evaluate_and_report("before", *model, data, c, layout, *world, units, log);
   std::vector<double> step_times;
   std::vector<std::pair<int64_t, double>> logged = leader ? trainer_log->kept() : std::vector<std::pair<int64_t, double>>{};
   double interval_loss = 0, interval_tokens_per_s = 0;
@@ -337,7 +288,7 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
   result.first_step = start_step;
   export_model(*model, c, leader);
   const double train_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
-  if (c.heldout_eval_samples > 0) result.heldout_accuracy_after = evaluate_and_report("after", *model, data, c, *world, units, log);
+  if (c.heldout_eval_samples > 0) result.heldout_accuracy_after = evaluate_and_report("after", *model, data, c, layout, *world, units, log);
 
   // Summary: per-rank peak RSS gathered to everyone; communication per step on this rank.
   struct rusage usage {};

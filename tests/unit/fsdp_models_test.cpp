@@ -42,8 +42,8 @@ void expect_sharded_load_matches(testing::RankContext& ctx, const std::string& a
     for (int64_t d : checkpoint.entry(name).shape) numel *= d;
     elements_total += numel;
   }
-  fsdp::load_parameters_by_rows(*model, [&](const std::string& name, int64_t dim, int64_t first, int64_t count) {
-    at::Tensor rows = checkpoint.read_rows(name, dim, first, count);
+  fsdp::load_parameters(*model, [&](const std::string& name, const dtensor::Box& box) {
+    at::Tensor rows = checkpoint.read_box(name, box.offsets, box.lengths);
     elements_read += rows.numel();
     return rows;
   });

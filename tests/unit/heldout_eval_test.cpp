@@ -34,7 +34,7 @@ hp::train::HeldoutScore evaluate(int64_t samples, const std::shared_ptr<hp::comm
     for (auto* layer : model->decoder_layers()) hp::fsdp::fully_shard(*layer, options);
     hp::fsdp::fully_shard(*model, options);
   }
-  return hp::train::evaluate_heldout(*model, tokenizer, config, *world);
+  return hp::train::evaluate_heldout(*model, tokenizer, config, *world, world->rank(), world->size());
 }
 
 }  // namespace

@@ -116,6 +116,22 @@ TEST(Safetensors, ReadRowsOfAnyDimEqualsNarrow) {
   EXPECT_THROW(file.read("absent"), hp::UserError);
 }
 
+TEST(Safetensors, ReadBoxOfAnyShapeEqualsNarrowOnEveryDim) {
+  const std::string dir = temp_dir("box");
+  const at::Tensor t = at::randn({5, 6, 7});
+  hp::io::write_safetensors(dir + "/t.safetensors", {{"t", t}});
+  SafetensorsFile file(dir + "/t.safetensors");
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> boxes = {
+      {{1, 2, 3}, {3, 2, 4}}, {{0, 0, 0}, {5, 6, 7}}, {{2, 0, 0}, {2, 6, 7}}, {{0, 3, 0}, {5, 3, 7}}, {{4, 5, 6}, {1, 1, 1}}, {{0, 0, 0}, {0, 6, 7}}};
+  for (const auto& [offsets, lengths] : boxes) {
+    at::Tensor want = t;
+    for (int64_t d = 0; d < 3; ++d) want = want.narrow(d, offsets[d], lengths[d]);
+    EXPECT_TRUE(at::equal(file.read_box("t", offsets, lengths), want)) << offsets[0] << offsets[1] << offsets[2];
+  }
+  EXPECT_THROW(file.read_box("t", {0, 0, 5}, {1, 1, 3}), hp::UserError);
+  EXPECT_THROW(file.read_box("t", {0, 0}, {1, 1}), hp::UserError);
+}
+
 TEST(Safetensors, HostileFilesFailWithTheFileAndTensorNamed) {
   const std::string dir = temp_dir("hostile");
   const std::string ok_entry = R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";

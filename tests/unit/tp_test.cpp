@@ -35,23 +35,6 @@ struct Layout {
   }
 };
 
-// Every parameter whole: FSDP's units gathered over dp, then TP shards over tp.
-std::map<std::string, at::Tensor> gathered_parameters(models::CausalLM& model, bool fsdp, const tp::ParameterLayouts& layouts) {
-  std::map<std::string, at::Tensor> local;
-  if (fsdp) {
-    local = fsdp::full_state_dict(model);
-  } else {
-    for (const auto& item : model.named_parameters()) local[item.key()] = item.value().detach();
-  }
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [name, p] : local) {
-    const auto it = layouts.find(name);
-    const bool sharded = it != layouts.end() && it->second.placements()[0].is_shard();
-    out[name] = sharded ? dtensor::DTensor(p, it->second).full_tensor() : p.clone();
-  }
-  return out;
-}
-
 // SGD with momentum on two alternating batches (a loss that falls); tp ranks share a batch,
 // dp ranks take their rows of it. No context: the plain model in this process.
 Trained train(const std::string& flavour, const testing::RankContext* ctx, const Layout& layout, int steps) {
@@ -59,7 +42,6 @@ Trained train(const std::string& flavour, const testing::RankContext* ctx, const
   options.seed = 11;
   auto model = models::AutoModelForCausalLM::from_pretrained(flavour, options);
   std::unique_ptr<mesh::DeviceMesh> mesh;
-  tp::ParameterLayouts layouts;
   int64_t dp = 1, dp_rank = 0;
   const bool fsdp = ctx && layout.dp_replicate * layout.dp_shard > 1;
   if (ctx) {
@@ -69,7 +51,7 @@ Trained train(const std::string& flavour, const testing::RankContext* ctx, const
     dp = layout.dp_replicate * layout.dp_shard;
     dp_rank = c[0] * layout.dp_shard + c[1];
     if (layout.tp > 1) {
-      layouts = tp::parallelize_module(*model, (*mesh)["tp"], tp::plan_for(model->config(), layout.tp, {layout.sequence_parallel}));
+      tp::parallelize_module(*model, (*mesh)["tp"], tp::plan_for(model->config(), layout.tp, {layout.sequence_parallel}));
     }
     if (fsdp) {
       fsdp::FullyShardOptions shard;
@@ -96,7 +78,7 @@ Trained train(const std::string& flavour, const testing::RankContext* ctx, const
     if (ctx) ctx->world->all_reduce(loss, comm::ReduceOp::kAvg).wait();
     result.losses.push_back(loss.item<double>());
   }
-  result.params = gathered_parameters(*model, fsdp, layouts);
+  result.params = fsdp::full_state_dict(*model);  // FSDP units gathered over dp, TP pieces over tp (parameter specs)
   return result;
 }
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "hyperparallel/comm/comm_counters.h"
+#include "hyperparallel/dtensor/placement.h"
 #include "hyperparallel/mesh/device_mesh.h"
 
 namespace torch::nn {
@@ -89,13 +90,17 @@ struct FullyShardOptions {
   std::vector<at::Tensor> replicate_params;
 };
 
-// One rank's piece of a parameter: [row_offset, row_offset + local.size(shard_dim)) of
-// its shard dim.
+// One rank's piece of a parameter. `global_shape` and the box (`offsets`, `lengths` per dim)
+// place it in the whole tensor, whatever split it (FSDP rows of a tensor-parallel piece,
+// dtensor/parameter_specs.h). `shard_dim` and `row_offset` say where FSDP cut this rank's
+// tensor-parallel piece (the whole tensor without TP): rows [row_offset, row_offset +
+// local.size(shard_dim)).
 struct ShardedTensor {
   at::Tensor local;
   std::vector<int64_t> global_shape;
   int64_t row_offset = 0;
   int64_t shard_dim = 0;
+  std::vector<int64_t> offsets, lengths;
 };
 
 enum class UnitState { kSharded, kUnsharded, kShardedPostForward };
@@ -157,7 +162,8 @@ FSDPModule fully_shard(torch::nn::Module& module, const FullyShardOptions& optio
 FSDPModule fully_shard(const std::vector<torch::nn::Module*>& modules, const FullyShardOptions& options);
 
 // Every parameter of `root` by its full name, unsharded (padding removed), from the fp32
-// masters, on every rank. Collective over each unit's ranks.
+// masters, on every rank; tensor-parallel pieces gathered too. Collective over each unit's
+// ranks and the tp ranks.
 std::map<std::string, at::Tensor> full_parameters(torch::nn::Module& root);
 
 // State dicts, keyed by the parameters' full names. Sharded: this rank's rows of every
@@ -170,15 +176,14 @@ std::map<std::string, at::Tensor> full_state_dict(torch::nn::Module& root, bool 
 void load_sharded_state_dict(torch::nn::Module& root, const std::map<std::string, ShardedTensor>& state);
 void load_full_state_dict(torch::nn::Module& root, const std::map<std::string, at::Tensor>& state);
 
-// Every parameter's full shape by full name (sharded or not); no communication.
+// Every parameter's full (global) shape by full name (sharded or not); no communication.
 std::map<std::string, std::vector<int64_t>> full_parameter_shapes(torch::nn::Module& root);
-// Loads every parameter of `root` from a reader of row ranges, touching only what this rank
-// holds: read(name, dim, first, count) must return `count` slices of dim `dim` from `first`
-// of the full tensor `name` (any dtype; it is cast). A sharded parameter asks for this rank's
-// rows of its shard dim, any other parameter for all of dim 0. With deferred initialisation
-// (parameters allocated but never written) no rank ever holds a whole model. No
-// communication; the caller checks names and shapes first (full_parameter_shapes).
-using ParameterRowReader = std::function<at::Tensor(const std::string& name, int64_t dim, int64_t first, int64_t count)>;
-void load_parameters_by_rows(torch::nn::Module& root, const ParameterRowReader& read);
+// Loads every parameter of `root` from a reader of boxes, touching only what this rank holds:
+// read(name, box) must return the box [offsets[d], offsets[d] + lengths[d]) of the full tensor
+// `name` (any dtype; it is cast) — this rank's FSDP rows of its tensor-parallel piece. With
+// deferred initialisation (parameters allocated but never written) no rank ever holds a whole
+// model. No communication; the caller checks names and shapes first (full_parameter_shapes).
+using ParameterBoxReader = std::function<at::Tensor(const std::string& name, const dtensor::Box& box)>;
+void load_parameters(torch::nn::Module& root, const ParameterBoxReader& read);
 
 }  // namespace hyperparallel::fsdp

@@ -33,6 +33,7 @@ class HfCheckpoint {
   const SafetensorsEntry& entry(const std::string& name);
   at::Tensor read(const std::string& name);
   at::Tensor read_rows(const std::string& name, int64_t dim, int64_t first, int64_t count);
+  at::Tensor read_box(const std::string& name, const std::vector<int64_t>& offsets, const std::vector<int64_t>& lengths);
 
  private:
   SafetensorsFile& file_for(const std::string& name);

@@ -57,6 +57,9 @@ class SafetensorsFile {
   // A copy of `count` slices of dim `dim` starting at `first` (e.g. one rank's rows). For
   // dim 0 only those bytes of the file are touched.
   at::Tensor read_rows(const std::string& name, int64_t dim, int64_t first, int64_t count) const;
+  // A copy of the box [offsets[d], offsets[d] + lengths[d]) on every dim (one rank's N-D
+  // piece): only the box's bytes are copied, in runs as long as the box allows.
+  at::Tensor read_box(const std::string& name, const std::vector<int64_t>& offsets, const std::vector<int64_t>& lengths) const;
 
  private:
   struct Mapping;

@@ -9,7 +9,9 @@
 // in plan order; every module a key matches gets that style (a module may get several: a
 // block's PrepareModuleInput and, inside it, its projections' styles). A key that matches
 // nothing is a UserError (a typo would otherwise train unsharded). Returns the layout of
-// every parameter a style touched; parameters no style touched stay whole (Replicate).
+// every parameter a style touched; parameters no style touched stay whole (Replicate). The
+// split parameters' specs are also recorded on `root` (dtensor/parameter_specs.h), which is
+// how fully_shard's state dicts, checkpoints and loaders see global shapes and boxes.
 // TP is applied before FSDP (docs/tp.md "Composition order").
 #pragma once
 

@@ -2,10 +2,12 @@
 // written atomically and loadable on the same or another layout.
 //
 // Layout of output_dir/checkpoint-<step>/:
-//   rank-<r>.safetensors  rank r's pieces: "param/<name>" (its rows of the parameter),
-//                         "exp_avg/<name>", "exp_avg_sq/<name>" (AdamW moments of those rows)
+//   rank-<r>.safetensors  rank r's pieces: "param/<name>" (its N-D box of the parameter),
+//                         "exp_avg/<name>", "exp_avg_sq/<name>" (AdamW moments of that box)
 //                         and "rng/cpu"; its __metadata__ "shards" is JSON with, per name,
-//                         global_shape, shard_dim, row_offset and the AdamW step
+//                         global_shape, offsets, lengths and the AdamW step. Each box is
+//                         written once: by the first rank holding it (HSDP replicas and tp
+//                         ranks holding the same piece do not write it again)
 //   config.json           the model's config (export builds the model from it)
 //   tokenizer files       copied from the run's tokenizer folder, so the folder is complete
 //   trainer_state.json    written last: step, sampler position, world size, mesh, global
@@ -14,9 +16,9 @@
 // in place, so a folder named checkpoint-<step> is complete; save_total_limit then removes the
 // oldest. A crash mid-save leaves only a .partial folder, which nothing ever loads.
 //
-// Loading on the layout that wrote it reads each rank's own file. On another layout (world
-// size, mesh, replicate_params) each rank reads the rows it now owns from whichever files
-// hold them (fully_shard's load_parameters_by_rows), for the parameters and the optimizer
+// Loading on the layout that wrote it reads each rank's own pieces. On another layout (world
+// size, mesh, tp size, replicate_params) each rank reads the box it now owns from whichever
+// files hold it (fully_shard's load_parameters, by boxes), for the parameters and the optimizer
 // moments alike. Checksums are verified on every file read; a mismatch is a UserError naming
 // the file.
 #pragma once

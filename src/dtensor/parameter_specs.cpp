@@ -1,0 +1,50 @@
+#include "hyperparallel/dtensor/parameter_specs.h"
+
+#include <torch/nn/module.h>
+
+namespace hyperparallel::dtensor {
+namespace {
+
+constexpr const char* kSpecsChild = "_hp_parameter_specs";
+
+class SpecTable : public torch::nn::Module {
+ public:
+  std::map<std::string, DTensorSpec> specs;
+};
+
+SpecTable* find_table(torch::nn::Module& root) {
+  for (const auto& child : root.named_children()) {
+    if (child.key() == kSpecsChild) return dynamic_cast<SpecTable*>(child.value().get());
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void record_parameter_spec(torch::nn::Module& root, const std::string& name, const DTensorSpec& spec) {
+  SpecTable* table = find_table(root);
+  if (!table) table = root.register_module(kSpecsChild, std::make_shared<SpecTable>()).get();
+  table->specs.erase(name);
+  table->specs.emplace(name, spec);
+}
+
+const DTensorSpec* find_parameter_spec(torch::nn::Module& root, const std::string& name) {
+  SpecTable* table = find_table(root);
+  if (!table) return nullptr;
+  const auto it = table->specs.find(name);
+  return it == table->specs.end() ? nullptr : &it->second;
+}
+
+const std::map<std::string, DTensorSpec>& parameter_specs(torch::nn::Module& root) {
+  static const std::map<std::string, DTensorSpec> kNone;  // an immutable empty map, not state
+  SpecTable* table = find_table(root);
+  return table ? table->specs : kNone;
+}
+
+Box parameter_box(torch::nn::Module& root, const std::string& name, const std::vector<int64_t>& local_shape) {
+  const DTensorSpec* spec = find_parameter_spec(root, name);
+  if (!spec) return Box{std::vector<int64_t>(local_shape.size(), 0), local_shape};
+  return spec->local_box();
+}
+
+}  // namespace hyperparallel::dtensor

@@ -1,0 +1,95 @@
+#include "parallelize.h"
+
+#include <fnmatch.h>
+
+#include "hyperparallel/models/causal_lm.h"
+#include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/tp/model_plans.h"
+
+namespace hyperparallel::train {
+namespace {
+
+fsdp::FullyShardOptions shard_options(const TrainConfig& c, const mesh::DeviceMesh& dp_mesh, models::CausalLM& model) {
+  fsdp::FullyShardOptions o;
+  o.mesh = dp_mesh;
+  const int64_t raf = c.fsdp_config.reshard_after_forward;
+  if (raf <= 1) {
+    o.reshard_after_forward = raf == 1;
+  } else {
+    o.reshard_after_forward = static_cast<int>(raf);
+  }
+  o.comm_fusion = c.fsdp_config.comm_fusion;
+  o.forward_prefetch_depth = static_cast<int>(c.fsdp_config.forward_prefetch_depth);
+  o.backward_prefetch_depth = static_cast<int>(c.fsdp_config.backward_prefetch_depth);
+  const auto dtype = [](const std::string& name) { return name == "bfloat16" ? at::kBFloat16 : at::kFloat; };
+  const MixPrecisionConfig& mp = c.fsdp_config.mix_precision;
+  const std::string param_dtype = c.bf16 && mp.param_dtype == "float32" ? "bfloat16" : mp.param_dtype;
+  if (param_dtype != "float32") o.mp_policy.param_dtype = dtype(param_dtype);
+  if (mp.reduce_dtype != "float32") o.mp_policy.reduce_dtype = dtype(mp.reduce_dtype);
+  if (mp.output_dtype != "float32") o.mp_policy.output_dtype = dtype(mp.output_dtype);
+  o.offload_policy.cpu_offload = c.fsdp_config.enable_offload;
+  for (const auto& pattern : c.fsdp_config.replicate_params) {
+    bool matched = false;
+    for (const auto& item : model.named_parameters()) {
+      if (fnmatch(pattern.c_str(), item.key().c_str(), 0) == 0) {
+        o.replicate_params.push_back(item.value());
+        matched = true;
+      }
+    }
+    if (!matched) throw UserError("fsdp_config.replicate_params: '" + pattern + "' matches no parameter of the model");
+  }
+  return o;
+}
+
+mesh::DeviceMesh compact_mesh(const mesh::ParallelDims& d, const std::shared_ptr<comm::Communicator>& world) {
+  std::vector<int64_t> shape;
+  std::vector<std::string> names;
+  if (d.dp_replicate > 1) shape.push_back(d.dp_replicate), names.push_back("dp_replicate");
+  shape.push_back(d.dp_shard), names.push_back("dp_shard");
+  if (d.tp > 1) shape.push_back(d.tp), names.push_back("tp");
+  return mesh::init_device_mesh(world, "cpu", shape, names);
+}
+
+}  // namespace
+
+ParallelLayout build_layout(const TrainConfig& c, const std::shared_ptr<comm::Communicator>& world) {
+  const int64_t n = world->size(), tp = c.accelerator.tp_size;
+  if (n % tp != 0) {
+    throw UserError("accelerator.tp_size " + std::to_string(tp) + " does not divide the world size " + std::to_string(n) +
+                    "; use a divisor of it");
+  }
+  const int64_t dp = n / tp;
+  const int64_t shard = c.fsdp_config.dp_shard_size == -1 ? dp : c.fsdp_config.dp_shard_size;
+  if (shard > dp || dp % shard != 0) {
+    throw UserError("fsdp_config.dp_shard_size: " + std::to_string(shard) + " does not divide the " + std::to_string(dp) +
+                    " data-parallel ranks (world " + std::to_string(n) + " / tp_size " + std::to_string(tp) +
+                    "); use a divisor of it (the rest become replicas, HSDP) or -1 for all");
+  }
+  mesh::ParallelDims dims;
+  dims.dp_replicate = dp / shard;
+  dims.dp_shard = shard;
+  dims.tp = tp;
+  dims = dims.resolved(n);
+  mesh::DeviceMesh full = compact_mesh(dims, world);
+  mesh::DeviceMesh dp_mesh = dims.dp_replicate > 1 ? full[{"dp_replicate", "dp_shard"}] : full["dp_shard"];
+  return ParallelLayout{dims, std::move(full), std::move(dp_mesh)};
+}
+
+ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout, const TrainConfig& c) {
+  if (layout.tp() > 1) {
+    if (!c.plan_overrides.empty()) {
+      throw UserError("plan_overrides with accelerator.tp_size > 1 is not supported yet: the fused modules have no "
+                      "tensor-parallel plan; remove plan_overrides or set tp_size: 1");
+    }
+    tp::parallelize_module(model, layout.mesh["tp"],
+                           tp::plan_for(model.config(), layout.tp(), {c.accelerator.sequence_parallel}));
+  }
+  const fsdp::FullyShardOptions shard = shard_options(c, layout.dp_mesh, model);
+  ParallelModel out;
+  for (auto* layer : model.decoder_layers()) out.units.push_back(fsdp::fully_shard(*layer, shard));
+  out.units.push_back(fsdp::fully_shard(model, shard));
+  out.replicate_params = shard.replicate_params;
+  return out;
+}
+
+}  // namespace hyperparallel::train
