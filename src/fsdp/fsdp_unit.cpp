@@ -243,8 +243,25 @@ void FSDPUnit::release_unsharded() {
   if (root_) root_->unsharded_released(this);
 }
 
+// Bumped by every in-place write to the shards (optimizer steps write the parameters, loads
+// the flat buffer).
+int64_t FSDPUnit::shard_version() const {
+  int64_t v = static_cast<int64_t>(sharded_._version());
+  for (const auto& sp : params_) v += static_cast<int64_t>(sp.param._version());
+  return v;
+}
+
+void FSDPUnit::drop_pending_gather() {
+  if (pending_gather_.empty()) return;
+  for (auto& h : pending_gather_) h.wait();  // the peers take part in it: finish it, then drop it
+  pending_gather_.clear();
+  unsharded_.release(pool());
+  if (root_) root_->unsharded_released(this);
+}
+
 void FSDPUnit::unshard_async() {
   if (state_ == UnitState::kUnsharded || !pending_gather_.empty()) return;
+  gather_version_ = shard_version();
   unsharded_.acquire(pool());
   if (root_) root_->unsharded_acquired(this);
   if (state_ == UnitState::kShardedPostForward) {  // within the group of k
@@ -266,6 +283,9 @@ void FSDPUnit::unshard_async() {
 
 void FSDPUnit::unshard() {
   if (state_ == UnitState::kUnsharded) return;
+  // An unshard() issued before the shards changed and never waited for: its result is stale.
+  // Every rank stepped its optimizer (SPMD), so every rank re-issues the gather alike.
+  if (!pending_gather_.empty() && gather_version_ != shard_version()) drop_pending_gather();
   unshard_async();
   for (auto& h : pending_gather_) h.wait();
   pending_gather_.clear();
@@ -293,6 +313,7 @@ void FSDPUnit::reshard_post_forward() {
 }
 
 void FSDPUnit::reshard() {
+  drop_pending_gather();
   if (state_ == UnitState::kSharded) return;
   if (state_ == UnitState::kShardedPostForward) {
     post_forward_.release(pool());
@@ -378,7 +399,13 @@ void FSDPUnit::pre_backward() {
   }
   for (auto& sp : params_) {
     sp.grad_ready = false;
-    if (sp.param.requires_grad()) sp.param.mutable_grad() = sp.view_of(unsharded_grad_.tensor(), sp.unsharded_offset, sp.dim0);
+    if (!sp.param.requires_grad()) continue;
+    // A gradient set to none since the last step (LibTorch 2.x's zero_grad) means zero: the
+    // reduction below adds into sharded_grad_, which only an in-place zero_grad clears.
+    if (!accumulating_ && sharded_grad_.defined() && !sp.param.grad().defined()) {
+      sp.view_of(sharded_grad_, sp.shard_offset, sp.local_rows).zero_();
+    }
+    sp.param.mutable_grad() = sp.view_of(unsharded_grad_.tensor(), sp.unsharded_offset, sp.dim0);
   }
   grads_ready_ = 0;
 }

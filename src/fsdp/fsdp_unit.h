@@ -95,7 +95,7 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
 
   void unshard_async();  // issue the all-gather (prefetch); no-op when unsharded or in flight
   void unshard();        // finish (or do) the all-gather and point parameters at it
-  void reshard();
+  void reshard();  // also drops an all-gather issued and never waited for
   // Called by the root at the end of every backward, in two passes over all units.
   void finish_reduce_scatter();
   void finish_backward();
@@ -125,6 +125,9 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   void load_full(size_t i, const at::Tensor& full);
 
  private:
+  int64_t shard_version() const;
+  // Waits for an all-gather in flight and frees its result (it is not used).
+  void drop_pending_gather();
   mesh::DeviceMesh mesh_;
   void pre_backward();
   void on_grad_ready(size_t index);
@@ -168,6 +171,9 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   std::vector<int64_t> post_forward_blocks_;
   void reshard_post_forward();
   std::vector<comm::CommHandle> pending_gather_;
+  // shard_version() when pending_gather_ was issued: a gather issued before the shards changed
+  // (an optimizer step, a load) carries stale parameters and is issued again.
+  int64_t gather_version_ = 0;
   std::vector<comm::CommHandle> pending_reduce_;
   std::optional<comm::CommHandle> pending_replicate_;
   // One per parameter (null when it needs no gradient); kept alive so their hooks fire. A

@@ -83,6 +83,8 @@ struct FsdpRun {
   int reshard_group = 0;  // reshard_after_forward = k
   bool shard_dim1 = false;  // shard_placement_fn: 2-D weights on dim 1
   bool list_unit = false;   // blocks 0 and 1 form one unit
+  bool stray_unshard = false;  // every block's unshard() issued right before the step, never waited for
+  bool grads_set_to_none = false;  // gradients dropped (LibTorch 2.x's zero_grad) instead of zeroed
 };
 
 void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
@@ -150,7 +152,11 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
     }
     const auto replicate_before = replicate_comm ? replicate_comm->counters() : comm::CommCounters{};
     root.reset_max_live_unsharded_units();
-    opt.zero_grad();
+    if (run.grads_set_to_none) {
+      for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
+    } else {
+      opt.zero_grad();
+    }
     double local_loss = 0;
     for (int m = 0; m < run.micro_batches; ++m) {
       root.set_requires_gradient_sync(m == run.micro_batches - 1);
@@ -164,6 +170,9 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
     }
     if (run.delay_before_step_max_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds((s * 7 + ctx.rank * 13) % (run.delay_before_step_max_ms + 1)));
+    }
+    if (run.stray_unshard) {
+      for (size_t u = 0; u + 1 < units.size(); ++u) units[u].unshard();  // the handles are dropped
     }
     opt.step();
     const auto step_comm = shard_comm->counters() - before;
@@ -185,6 +194,10 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
       ag_bytes += gathers * (shards - 1) * u.sharded_numel() * 4;
       rs_calls += per_unit_calls;
       rs_bytes += (shards - 1) * u.sharded_numel() * 4;
+      if (run.stray_unshard && !is_root) {  // the stray gather; the next forward issues its own again
+        ag_calls += per_unit_calls;
+        ag_bytes += (shards - 1) * u.sharded_numel() * 4;
+      }
     }
     EXPECT_EQ(step_comm[comm::CollectiveKind::kAllGather].calls, ag_calls) << "step " << s;
     EXPECT_EQ(step_comm[comm::CollectiveKind::kAllGather].bytes, ag_bytes);
@@ -209,7 +222,7 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
     }
     // Memory: the current unit, its prefetched units, and one more in backward (the root
     // keeps its own and is not counted).
-    if (s > 0) {
+    if (s > 0 && !run.stray_unshard) {
       EXPECT_LE(root.max_live_unsharded_units(), 2 + run.prefetch_depth) << "step " << s;
       // ...and prefetching really happens: the current unit plus `depth` ahead.
       EXPECT_GE(root.max_live_unsharded_units(), std::min<int>(1 + run.prefetch_depth, kLayers)) << "step " << s;
@@ -397,6 +410,24 @@ TEST(FsdpFeatures, StateDictsRoundTripAndCheckKeys) {
     wrong_shape["final_norm"] = at::zeros({3});
     EXPECT_THROW(fsdp::load_full_state_dict(*b, wrong_shape), UserError);
     for (const auto& [name, t] : fsdp::full_state_dict(*b)) EXPECT_TRUE(at::equal(t, reference.params.at(name))) << name;
+  });
+}
+
+// An unshard() issued and never waited for must not bring the parameters of before an
+// optimizer step into the next forward; gradients must not depend on zero_grad zeroing in
+// place (LibTorch 2.x sets them to none).
+TEST(FsdpFeatures, AStrayUnshardBeforeTheStepAndGradientsSetToNoneChangeNothing) {
+  testing::run_on_ranks(2, [](testing::RankContext& ctx) {
+    {
+      SCOPED_TRACE("stray unshard");
+      FsdpRun stray;
+      stray.stray_unshard = true;
+      expect_parity(ctx, stray);
+    }
+    SCOPED_TRACE("gradients set to none");
+    FsdpRun none;
+    none.grads_set_to_none = true;
+    expect_parity(ctx, none);
   });
 }
 
