@@ -20,6 +20,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -109,6 +110,7 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   int64_t unsharded_numel() const { return sharded_.numel() * shard_comm_->size(); }
   FSDPRoot* root() const { return root_.get(); }
   int global_rank() const { return shard_comm_->global_rank(); }
+  int shard_size() const { return shard_comm_->size(); }  // ranks each parameter is sharded over
   void join_root(std::shared_ptr<FSDPRoot> root, bool is_root);
   // Spans of this unit's forward and backward compute, and of its collectives.
   void set_trace(std::shared_ptr<platform::TraceRecorder> trace);
@@ -191,5 +193,17 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   std::string label_;  // the module path, set by the root (for traces)
   platform::TraceRecorder::Clock::time_point forward_started_, backward_started_;
 };
+
+// Every unit under `root`, once each, in module order (the same on every rank), and the path
+// of every module under `root` (to name a unit's parameters by their own module).
+struct UnitsAndPaths {
+  std::vector<FSDPUnit*> units;
+  std::map<const torch::nn::Module*, std::string> paths;
+  std::string key(const FSDPUnit& unit, const ShardedParam& sp) const {
+    const std::string& path = paths.at(unit.modules()[sp.module_index]);
+    return path.empty() ? sp.name : path + "." + sp.name;
+  }
+};
+UnitsAndPaths units_under(torch::nn::Module& root);
 
 }  // namespace hyperparallel::fsdp

@@ -19,7 +19,6 @@ bool under(const std::string& name, const std::string& prefix) {
   return prefix.empty() || name.rfind(prefix + ".", 0) == 0;
 }
 
-std::string join(const std::string& prefix, const std::string& name) { return prefix.empty() ? name : prefix + "." + name; }
 
 }  // namespace
 
@@ -187,15 +186,7 @@ void FSDPModule::reset_max_live_unsharded_units() {
 
 namespace {
 
-// Every unit under `root`, once each, in module order (the same on every rank), and the path
-// of every module under `root` (to name a unit's parameters by their own module).
-struct UnitsAndPaths {
-  std::vector<FSDPUnit*> units;
-  std::map<const torch::nn::Module*, std::string> paths;
-  std::string key(const FSDPUnit& unit, const ShardedParam& sp) const {
-    return join(paths.at(unit.modules()[sp.module_index]), sp.name);
-  }
-};
+}  // namespace
 
 UnitsAndPaths units_under(torch::nn::Module& root) {
   UnitsAndPaths out;
@@ -206,6 +197,8 @@ UnitsAndPaths units_under(torch::nn::Module& root) {
   }
   return out;
 }
+
+namespace {
 
 std::string shape_text(at::IntArrayRef shape) {
   std::string text = "[";

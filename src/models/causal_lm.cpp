@@ -60,15 +60,21 @@ CausalLMOutput CausalLM::forward(const CausalLMInput& in) {
   std::vector<at::Tensor>* router_logits = want_router_logits ? &out.router_logits : nullptr;
   out.logits = fsdp::hooked_forward(*this, [&] {
     const at::Tensor hidden = model_->forward(in.input_ids, in.attention_mask, in.position_ids, in.document_mask, router_logits, in.cache);
-    const at::Tensor& head = lm_head_ ? lm_head_->weight : model_->embed_tokens->weight;
-    return at::linear(hidden, head).to(at::kFloat);
+    // The head runs through its forward hooks (a column-parallel head under loss parallel).
+    const at::Tensor logits = lm_head_ ? lm_head_->forward(hidden) : at::linear(hidden, model_->embed_tokens->weight);
+    return logits.to(at::kFloat);
   });
-  if (!in.labels.defined()) return out;
+  if (!in.labels.defined()) {
+    if (token_loss_) out.logits = token_loss_->full_logits(out.logits);
+    return out;
+  }
   // Next-token prediction: position t predicts labels[t + 1]; the last position predicts nothing.
   const int64_t batch = in.labels.size(0), seq = in.labels.size(1);
   const at::Tensor shifted =
       at::cat({in.labels.narrow(1, 1, seq - 1), at::full({batch, 1}, -100, in.labels.options())}, 1).reshape({-1});
-  out.lm_loss_sum = at::cross_entropy_loss(out.logits.reshape({batch * seq, -1}), shifted, {}, at::Reduction::Sum, -100);
+  const at::Tensor flat_logits = out.logits.reshape({batch * seq, -1});
+  out.lm_loss_sum = token_loss_ ? token_loss_->sum(flat_logits, shifted)
+                                : at::cross_entropy_loss(flat_logits, shifted, {}, at::Reduction::Sum, -100);
   out.label_tokens = shifted.ne(-100).sum().item<int64_t>();
   out.lm_loss = out.lm_loss_sum / static_cast<double>(std::max<int64_t>(out.label_tokens, 1));
   out.loss = out.lm_loss;

@@ -41,8 +41,9 @@ ParallelizePlan plan_for(const models::ModelConfig& c, int64_t tp, const TensorP
   check_fits(c, tp);
   const bool sp = options.sequence_parallel;
   const auto block_output = sp ? Shard(1) : Replicate();
+  const bool lp = options.loss_parallel;
   ParallelizePlan plan;
-  if (c.tie_word_embeddings) {
+  if (c.tie_word_embeddings && !lp) {
     NoParallel whole;
     whole.output_layout = block_output;
     plan.add("model.embed_tokens", whole);
@@ -83,11 +84,22 @@ ParallelizePlan plan_for(const models::ModelConfig& c, int64_t tp, const TensorP
   plan.add("model.layers.*.mlp.gate_proj", colwise);
   plan.add("model.layers.*.mlp.up_proj", colwise);
   plan.add("model.layers.*.mlp.down_proj", rowwise);
+  if (lp) {
+    // The final norm's output feeds the sharded head: gathered (SP) or kept, its gradient
+    // summed over tp. Added before the norm's SequenceParallel so it wraps it.
+    PrepareModuleOutput head_input;
+    head_input.output_layout = sp ? Shard(1) : Replicate();
+    plan.add("model.norm", head_input);
+    if (!c.tie_word_embeddings) {
+      ColwiseParallel head = colwise;  // output: this rank's vocab rows
+      plan.add("lm_head", head);
+    }
+  }
   if (sp) {
     plan.add("model.layers.*.input_layernorm", SequenceParallel{});
     plan.add("model.layers.*.post_attention_layernorm", SequenceParallel{});
     SequenceParallel final_norm;
-    final_norm.output_layout = Replicate();  // the replicated head reads the whole sequence
+    final_norm.output_layout = lp ? Shard(1) : Replicate();  // a replicated head reads the whole sequence
     plan.add("model.norm", final_norm);
   }
   return plan;

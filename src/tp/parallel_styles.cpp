@@ -178,6 +178,21 @@ class BoundaryHook : public nn::ForwardHook {
   bool reduce_input_grad_;
 };
 
+class OutputHook : public nn::ForwardHook {
+ public:
+  OutputHook(PrepareModuleOutput style, std::shared_ptr<TensorParallelContext> ctx) : style_(style), ctx_(std::move(ctx)) {}
+  at::Tensor around(const at::Tensor& x, const nn::Forward& next) override {
+    const GradIs grad = style_.reduce_output_grad ? GradIs::kPartial : GradIs::kReplicate;
+    at::Tensor y = to_layout(next(x), style_.output_layout, style_.desired_output_layout, *ctx_, grad);
+    const bool replicated = style_.output_layout.is_replicate() && style_.desired_output_layout.is_replicate();
+    return replicated && style_.reduce_output_grad ? dtensor::reduce_grad(y, *ctx_->group) : y;
+  }
+
+ private:
+  PrepareModuleOutput style_;
+  std::shared_ptr<TensorParallelContext> ctx_;
+};
+
 class KvHeadHook : public nn::ForwardHook {
  public:
   KvHeadHook(int64_t first, int64_t width) : first_(first), width_(width) {}
@@ -250,6 +265,13 @@ void PrepareModuleInput::apply(torch::nn::Module& module, const std::string& pat
   check_layout(desired_input_layout, path, name(), "desired input layout");
   nn::add_forward_hook(module, std::make_shared<BoundaryHook>(input_layout, desired_input_layout, dtensor::Replicate(),
                                                                dtensor::Replicate(), ctx, true));
+}
+
+void PrepareModuleOutput::apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
+                                ParameterLayouts& layouts) const {
+  check_layout(output_layout, path, name(), "output layout");
+  check_layout(desired_output_layout, path, name(), "desired output layout");
+  nn::add_forward_hook(module, std::make_shared<OutputHook>(*this, ctx));
 }
 
 void ReplicatedKvHeads::apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,

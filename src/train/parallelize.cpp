@@ -4,6 +4,7 @@
 
 #include "hyperparallel/models/causal_lm.h"
 #include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/tp/loss_parallel.h"
 #include "hyperparallel/tp/model_plans.h"
 
 namespace hyperparallel::train {
@@ -81,14 +82,16 @@ ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout,
       throw UserError("plan_overrides with accelerator.tp_size > 1 is not supported yet: the fused modules have no "
                       "tensor-parallel plan; remove plan_overrides or set tp_size: 1");
     }
-    tp::parallelize_module(model, layout.mesh["tp"],
-                           tp::plan_for(model.config(), layout.tp(), {c.accelerator.sequence_parallel}));
+    tp::TensorParallelOptions options;
+    options.sequence_parallel = c.accelerator.sequence_parallel;
+    options.loss_parallel = c.accelerator.loss_parallel;
+    tp::parallelize_module(model, layout.mesh["tp"], tp::plan_for(model.config(), layout.tp(), options));
+    if (options.loss_parallel) tp::enable_loss_parallel(model, layout.mesh["tp"]);
   }
   const fsdp::FullyShardOptions shard = shard_options(c, layout.dp_mesh, model);
   ParallelModel out;
   for (auto* layer : model.decoder_layers()) out.units.push_back(fsdp::fully_shard(*layer, shard));
   out.units.push_back(fsdp::fully_shard(model, shard));
-  out.replicate_params = shard.replicate_params;
   return out;
 }
 

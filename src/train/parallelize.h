@@ -36,8 +36,7 @@ struct ParallelLayout {
 ParallelLayout build_layout(const TrainConfig& c, const std::shared_ptr<comm::Communicator>& world);
 
 struct ParallelModel {
-  std::vector<fsdp::FSDPModule> units;      // decoder layers, then the root (last)
-  std::vector<at::Tensor> replicate_params;  // fsdp_config.replicate_params, whole on every dp rank
+  std::vector<fsdp::FSDPModule> units;  // decoder layers, then the root (last)
 };
 
 // TP (accelerator.tp_size > 1), then FSDP over layout.dp_mesh.

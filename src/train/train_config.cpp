@@ -235,6 +235,7 @@ const std::vector<KeyDef>& key_table() {
         // accelerator
         {{"accelerator.tp_size", "int >= 1", "1", "tensor parallel degree: attention heads and MLP features split over tp ranks (docs/tp.md)"}, parallel_degree(&AcceleratorConfig::tp_size)},
         {{"accelerator.sequence_parallel", "bool", "false", "with tp_size > 1: norms and the residual stream sharded over the sequence"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.sequence_parallel = as_bool(k, v); }},
+        {{"accelerator.loss_parallel", "bool", "false", "with tp_size > 1: the head split over the vocabulary, cross-entropy on the sharded logits"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.loss_parallel = as_bool(k, v); }},
         {{"accelerator.cp_size", "int >= 1", "1", "context parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::cp_size)},
         {{"accelerator.ep_size", "int >= 1", "1", "expert parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::ep_size)},
         {{"accelerator.pp_size", "int >= 1", "1", "pipeline parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::pp_size)},
@@ -314,6 +315,7 @@ void check_combinations(const TrainConfig& c) {
     require(size == 1, "accelerator." + name + ": " + std::to_string(size) + " is not supported yet; FSDP/HSDP (fsdp_config.dp_shard_size) and tp_size are; set it to 1");
   }
   require(!a.sequence_parallel || a.tp_size > 1, "accelerator.sequence_parallel needs tp_size > 1 (it shards over the tp ranks); set tp_size or remove it");
+  require(!a.loss_parallel || a.tp_size > 1, "accelerator.loss_parallel needs tp_size > 1 (it shards the head over the tp ranks); set tp_size or remove it");
   require(c.fsdp_config.edp_shard_size == -1, "fsdp_config.edp_shard_size applies with expert parallelism, which is not supported yet; remove it");
 }
 

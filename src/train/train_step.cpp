@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "hyperparallel/data/batch_sampler.h"
-#include "hyperparallel/dtensor/parameter_specs.h"
+#include "hyperparallel/fsdp/clip_grad_norm.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/models/causal_lm.h"
 
@@ -19,20 +19,6 @@ at::Tensor as_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t length
 }
 
 }  // namespace
-
-std::vector<double> gradient_norm_weights(models::CausalLM& model, const std::vector<at::Tensor>& replicate_params,
-                                          const ParallelLayout& layout) {
-  const auto& specs = dtensor::parameter_specs(model);
-  std::vector<double> weights;
-  for (const auto& item : model.named_parameters()) {
-    const bool fsdp_whole = std::any_of(replicate_params.begin(), replicate_params.end(),
-                                        [&](const at::Tensor& r) { return r.is_same(item.value()); });
-    const bool tp_whole = !specs.count(item.key());
-    const int64_t copies = (fsdp_whole ? layout.dp() : layout.dims.dp_replicate) * (tp_whole ? layout.tp() : 1);
-    weights.push_back(static_cast<double>(layout.dims.dp_replicate) / static_cast<double>(copies));
-  }
-  return weights;
-}
 
 StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& global, double lr) {
   const TrainData& data = s.data;
@@ -61,13 +47,10 @@ StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& g
     loss.backward();
     local_loss_sum += out.lm_loss_sum.item<double>();
   }
-  double local_sq = 0;
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    if (s.params[i].grad().defined()) local_sq += s.params[i].grad().pow(2).sum().item<double>() * s.norm_weights[i];
-  }
-  at::Tensor sums = at::tensor({local_sq, local_loss_sum}, at::kDouble);
+  // The squared gradient norm and the loss in one all-reduce.
+  at::Tensor sums = at::stack({fsdp::local_squared_gradient_norm(s.model, s.norm_weights), at::scalar_tensor(local_loss_sum, at::kDouble)});
   s.world.all_reduce(sums).wait();
-  outcome.grad_norm = std::sqrt(sums[0].item<double>() / static_cast<double>(s.replicas));
+  outcome.grad_norm = std::sqrt(sums[0].item<double>());
   outcome.loss = sums[1].item<double>() / static_cast<double>(s.tp) / denominator;  // tp ranks share each micro-batch
   if (s.max_grad_norm > 0) {
     const double coef = s.max_grad_norm / (outcome.grad_norm + 1e-6);

@@ -5,10 +5,8 @@
 // The loss of every micro-batch is divided by the label tokens of the whole global batch, and
 // FSDP sums (not averages) the gradients, so the step equals one step of a single process on
 // the global batch whatever the layout and accumulation. Gradient sync runs on the last
-// micro-batch only. A parameter's share of the squared norm is weighted so that the world sum,
-// divided by the replicas, counts each element once: weight = replicas / (the number of ranks
-// holding the same piece) — 1 for an FSDP shard of a tensor-parallel piece, 1 / tp for an FSDP
-// shard of a parameter every tp rank holds whole, replicas / world for one whole everywhere.
+// micro-batch only. The gradient norm is fsdp::clip_grad_norm_'s (each piece's squared norm
+// weighted by 1 / the ranks holding it), all-reduced together with the loss in one collective.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,7 +15,6 @@
 #include <vector>
 
 #include "hyperparallel/comm/communicator.h"
-#include "parallelize.h"
 #include "train_data.h"
 
 namespace torch::optim {
@@ -40,9 +37,9 @@ struct StepSetup {
   comm::Communicator& world;
   const TrainData& data;
   std::vector<at::Tensor> params;
-  std::vector<double> norm_weights;  // per parameter, see above
+  std::vector<double> norm_weights;  // fsdp::gradient_norm_weights of the model
   int64_t accumulation = 1;
-  int64_t dp = 1, dp_rank = 0, replicas = 1, tp = 1;
+  int64_t dp = 1, dp_rank = 0, tp = 1;
   double max_grad_norm = 0;  // 0 = no clipping
 };
 
@@ -51,11 +48,6 @@ struct StepOutcome {
   double grad_norm = 0;  // before clipping
   int64_t input_tokens = 0;  // of the global batch
 };
-
-// The norm weights of model.parameters(), in order (see above): `replicate_params` are whole
-// on every data-parallel rank; parameters with a recorded spec are tensor-parallel pieces.
-std::vector<double> gradient_norm_weights(models::CausalLM& model, const std::vector<at::Tensor>& replicate_params,
-                                          const ParallelLayout& layout);
 
 // One step on `global_rows` (the sampler's global batch) at learning rate `lr`.
 StepOutcome run_optimizer_step(const StepSetup& setup, const std::vector<int64_t>& global_rows, double lr);

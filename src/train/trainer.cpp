@@ -11,6 +11,7 @@
 #include <ostream>
 
 #include "hyperparallel/data/batch_sampler.h"
+#include "hyperparallel/fsdp/clip_grad_norm.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/mesh/device_mesh.h"
 #include "hyperparallel/models/auto_model.h"
@@ -138,7 +139,6 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
   const ParallelLayout layout = build_layout(c, world);
   const mesh::DeviceMesh& mesh = layout.mesh;
   const int64_t dp = layout.dp(), dp_rank = layout.dp_rank(), tp = layout.tp();
-  const int64_t replicas = layout.dims.dp_replicate;
 
   models::ModelLoadOptions load;
   load.seed = static_cast<uint64_t>(c.seed);
@@ -169,8 +169,8 @@ TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicato
   }
   auto optimizer = make_optimizer(c, *model);
   StepSetup step_setup{*model, root, *optimizer, *world, data, model->parameters(), {}, c.gradient_accumulation_steps,
-                       dp, dp_rank, replicas, tp, c.max_grad_norm};
-  step_setup.norm_weights = gradient_norm_weights(*model, parallel.replicate_params, layout);
+                       dp, dp_rank, tp, c.max_grad_norm};
+  step_setup.norm_weights = fsdp::gradient_norm_weights(*model, world->size());
 
   const int64_t accum = c.gradient_accumulation_steps, per_device = c.per_device_train_batch_size;
   const data::GlobalBatchSampler sampler(static_cast<int64_t>(data.rows.size()), per_device * accum * dp,

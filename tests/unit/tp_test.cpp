@@ -7,10 +7,12 @@
 #include <torch/optim/sgd.h>
 
 #include "hyperparallel/dtensor/dtensor.h"
+#include "hyperparallel/fsdp/clip_grad_norm.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/mesh/device_mesh.h"
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/tp/loss_parallel.h"
 #include "hyperparallel/tp/model_plans.h"
 #include "support/multiprocess.h"
 
@@ -28,10 +30,16 @@ struct Trained {
 // A layout of the ranks: (dp_replicate, dp_shard, tp); FSDP when dp > 1, HSDP when both.
 struct Layout {
   int64_t dp_replicate = 1, dp_shard = 1, tp = 1;
-  bool sequence_parallel = false;
+  bool sequence_parallel = false, loss_parallel = false;
   std::string name() const {
     return "dp_replicate " + std::to_string(dp_replicate) + " x dp_shard " + std::to_string(dp_shard) + " x tp " +
-           std::to_string(tp) + (sequence_parallel ? " +sp" : "");
+           std::to_string(tp) + (sequence_parallel ? " +sp" : "") + (loss_parallel ? " +loss parallel" : "");
+  }
+  tp::TensorParallelOptions options() const {
+    tp::TensorParallelOptions o;
+    o.sequence_parallel = sequence_parallel;
+    o.loss_parallel = loss_parallel;
+    return o;
   }
 };
 
@@ -51,7 +59,8 @@ Trained train(const std::string& flavour, const testing::RankContext* ctx, const
     dp = layout.dp_replicate * layout.dp_shard;
     dp_rank = c[0] * layout.dp_shard + c[1];
     if (layout.tp > 1) {
-      tp::parallelize_module(*model, (*mesh)["tp"], tp::plan_for(model->config(), layout.tp, {layout.sequence_parallel}));
+      tp::parallelize_module(*model, (*mesh)["tp"], tp::plan_for(model->config(), layout.tp, layout.options()));
+      if (layout.loss_parallel) tp::enable_loss_parallel(*model, (*mesh)["tp"]);
     }
     if (fsdp) {
       fsdp::FullyShardOptions shard;
@@ -98,17 +107,20 @@ void expect_matches_one_process(const testing::RankContext& ctx, const Layout& l
   }
 }
 
-Layout tp_only(int64_t tp, bool sp) {
+Layout tp_only(int64_t tp, bool sp, bool lp = false) {
   Layout l;
   l.tp = tp;
   l.sequence_parallel = sp;
+  l.loss_parallel = lp;
   return l;
 }
 
-TEST(TensorParallel, Tp2AndTp2WithSequenceParallelTrainLikeOneProcess) {
+TEST(TensorParallel, Tp2WithSequenceAndLossParallelTrainsLikeOneProcess) {
   testing::run_on_ranks(2, [](testing::RankContext& ctx) {
     expect_matches_one_process(ctx, tp_only(2, false), 20);
     expect_matches_one_process(ctx, tp_only(2, true), 20);
+    expect_matches_one_process(ctx, tp_only(2, false, true), 20);
+    expect_matches_one_process(ctx, tp_only(2, true, true), 20);
   });
 }
 
@@ -126,13 +138,61 @@ TEST(TensorParallel, FsdpAndHsdpOverTp2TrainLikeOneProcess) {
   testing::MultiProcessOptions options;
   options.time_limit = std::chrono::seconds(300);
   testing::run_on_ranks(4, [](testing::RankContext& ctx) {
-    Layout fsdp_tp = tp_only(2, true);
+    Layout fsdp_tp = tp_only(2, true, true);
     fsdp_tp.dp_shard = 2;
     expect_matches_one_process(ctx, fsdp_tp, 20);
     Layout hsdp_tp = tp_only(2, false);
     hsdp_tp.dp_replicate = 2;
     expect_matches_one_process(ctx, hsdp_tp, 20);
   }, options);
+}
+
+// One backward of the global batch; returns the global gradient norm (the plain model's own
+// without a context).
+double gradient_norm(const std::string& flavour, const testing::RankContext* ctx, const Layout& layout) {
+  models::ModelLoadOptions options;
+  options.seed = 11;
+  auto model = models::AutoModelForCausalLM::from_pretrained(flavour, options);
+  int64_t dp = 1, dp_rank = 0;
+  if (ctx) {
+    auto mesh = mesh::init_device_mesh(ctx->world, "cpu", {layout.dp_replicate, layout.dp_shard, layout.tp},
+                                       {"dp_replicate", "dp_shard", "tp"});
+    dp = layout.dp_replicate * layout.dp_shard;
+    dp_rank = mesh.coordinates()[0] * layout.dp_shard + mesh.coordinates()[1];
+    tp::parallelize_module(*model, mesh["tp"], tp::plan_for(model->config(), layout.tp, layout.options()));
+    if (layout.loss_parallel) tp::enable_loss_parallel(*model, mesh["tp"]);
+    fsdp::FullyShardOptions shard;
+    shard.mesh = layout.dp_replicate > 1 ? mesh[{"dp_replicate", "dp_shard"}] : mesh["dp_shard"];
+    for (auto* layer : model->decoder_layers()) fsdp::fully_shard(*layer, shard);
+    fsdp::fully_shard(*model, shard);
+  }
+  auto gen = at::detail::createCPUGenerator(100);
+  const at::Tensor ids = at::randint(model->config().vocab_size, {kBatch, kSeq}, gen, at::kLong);
+  models::CausalLMInput in;
+  in.input_ids = ids.narrow(0, dp_rank * kBatch / dp, kBatch / dp);
+  in.labels = in.input_ids;
+  model->forward(in).loss.backward();
+  if (!ctx) {
+    double sq = 0;
+    for (const auto& p : model->parameters()) sq += p.grad().pow(2).sum().item<double>();
+    return std::sqrt(sq);
+  }
+  return fsdp::clip_grad_norm_(*model, 0.0, *ctx->world);
+}
+
+TEST(TensorParallel, ClipGradNormCountsEveryPieceOnce) {
+  testing::run_on_ranks(4, [](testing::RankContext& ctx) {
+    for (const std::string flavour : {"llama-debug", "qwen3-debug"}) {
+      const double want = gradient_norm(flavour, nullptr, {});
+      Layout fsdp_tp = tp_only(2, true);
+      fsdp_tp.dp_shard = 2;
+      Layout hsdp_tp = tp_only(2, false);
+      hsdp_tp.dp_replicate = 2;
+      for (const Layout& layout : {fsdp_tp, hsdp_tp, tp_only(4, false)}) {
+        EXPECT_NEAR(gradient_norm(flavour, &ctx, layout), want, 1e-5 * want) << flavour << " " << layout.name();
+      }
+    }
+  });
 }
 
 TEST(TensorParallel, FullyShardRefusesAMeshWithATpAxis) {
@@ -173,6 +233,16 @@ TEST(TensorParallel, EachBlockCommunicatesOnceEachWay) {
     const int64_t shard_bytes = kBatch * 8 * hidden * 4;
     EXPECT_EQ(sp.last_step[CollectiveKind::kAllGather].bytes, (4 * layers + 2) * (n - 1) * shard_bytes);
     EXPECT_EQ(sp.last_step[CollectiveKind::kReduceScatter].bytes, (4 * layers + 1) * (n - 1) * shard_bytes);
+
+    // Loss parallel: no logits move. The final norm's gather now reduce-scatters in backward;
+    // the loss adds three all-reduces of one float per token (max, sum of exp, label logit).
+    const Trained lp = train("llama-debug", &ctx, tp_only(2, true, true), 1);
+    EXPECT_EQ(lp.last_step[CollectiveKind::kAllGather].bytes, (4 * layers + 2) * (n - 1) * shard_bytes);
+    EXPECT_EQ(lp.last_step[CollectiveKind::kReduceScatter].calls, 4 * layers + 2);
+    EXPECT_EQ(lp.last_step[CollectiveKind::kAllReduce].calls, 2 * layers + 1 + 3);
+    const int64_t token_floats = 2 * (n - 1) * (tokens / n) * 4;
+    EXPECT_EQ(lp.last_step[CollectiveKind::kAllReduce].bytes - sp.last_step[CollectiveKind::kAllReduce].bytes, 3 * token_floats);
+    EXPECT_EQ(lp.last_step.total_calls(), (4 * layers + 2) + (4 * layers + 2) + (2 * layers + 4));
   });
 }
 

@@ -104,6 +104,7 @@ TEST(TrainConfig, BadConfigsFailWithExitCode2NamingTheKey) {
       {"use_hyper_parallel: false\n", "use_hyper_parallel: false"},
       {"accelerator:\n  cp_size: 2\n", "accelerator.cp_size: 2 is not supported yet"},
       {"accelerator:\n  sequence_parallel: true\n", "accelerator.sequence_parallel needs tp_size > 1"},
+      {"accelerator:\n  loss_parallel: true\n", "accelerator.loss_parallel needs tp_size > 1"},
       {"accelerator:\n  pp_size: 0\n", "accelerator.pp_size: '0' is not allowed"},
       {"fsdp_config: 4\n", "fsdp_config must be a mapping"},
       {"fsdp_config:\n  dp_shard_size: 0\n", "fsdp_config.dp_shard_size: '0' is not allowed; expected -1 or an integer >= 1"},

@@ -103,6 +103,8 @@ TEST(Trainer, TensorParallelLayoutsMatchOneProcess) {
   const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
       {"tp2", 2, {"per_device_train_batch_size=8", "accelerator.tp_size=2"}},
       {"tp2_sp", 2, {"per_device_train_batch_size=8", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}},
+      {"tp2_sp_lp", 2, {"per_device_train_batch_size=8", "accelerator.tp_size=2", "accelerator.sequence_parallel=true",
+                        "accelerator.loss_parallel=true"}},
       {"fsdp2_tp2_sp", 4, {"per_device_train_batch_size=4", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}},
       {"hsdp2x1_tp2", 4, {"per_device_train_batch_size=4", "accelerator.tp_size=2", "fsdp_config.dp_shard_size=1"}},
       {"tp4_accum2", 4, {"per_device_train_batch_size=4", "gradient_accumulation_steps=2", "accelerator.tp_size=4"}}};

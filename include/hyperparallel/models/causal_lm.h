@@ -51,6 +51,19 @@ struct CausalLMOutput {
   std::vector<at::Tensor> router_logits;  // MoE: one [B*T, experts] per sparse layer
 };
 
+// How next-token prediction's loss comes from the head's logits. The default is plain
+// cross-entropy; tensor parallelism's loss parallel installs one that works on vocab-sharded
+// logits without gathering them (tp/loss_parallel.h). The loss leaves the model this way.
+class TokenLoss {
+ public:
+  virtual ~TokenLoss() = default;
+  // Sum over labels != -100 of -log softmax(logits)[label]; logits [N, V] (or this rank's
+  // vocab shard), labels [N].
+  virtual at::Tensor sum(const at::Tensor& logits, const at::Tensor& labels) = 0;
+  // Whole-vocabulary logits (for decoding) from the head's output.
+  virtual at::Tensor full_logits(const at::Tensor& logits) { return logits; }
+};
+
 class DecoderModel;  // src/models/decoder.h
 class Linear;        // src/models/layers.h
 
@@ -63,11 +76,16 @@ class CausalLM : public torch::nn::Module {
   std::vector<torch::nn::Module*> decoder_layers();
   DecoderModel& backbone() { return *model_; }
   bool tied() const { return config_.tie_word_embeddings; }
+  // Null: plain cross-entropy. With a TokenLoss installed, CausalLMOutput::logits holds what
+  // the head computed when labels are given (a vocab shard under loss parallel), whole logits
+  // otherwise.
+  void set_token_loss(std::shared_ptr<TokenLoss> loss) { token_loss_ = std::move(loss); }
 
  private:
   ModelConfig config_;
   std::shared_ptr<DecoderModel> model_;
   std::shared_ptr<Linear> lm_head_;  // null when tied: the head is embed_tokens.weight
+  std::shared_ptr<TokenLoss> token_loss_;
 };
 
 }  // namespace hyperparallel::models

@@ -5,7 +5,8 @@
 // residual stream and the norms are sharded over the sequence and each block all-gathers
 // its input and reduce-scatters its output. Qwen3's per-head q/k norms run on local heads.
 // GQA with tp > kv heads keeps the k/v projections whole (ReplicatedKvHeads). The head
-// (lm_head) stays replicated until loss parallelism lands. docs/tp.md has the tables.
+// (lm_head) stays replicated unless loss_parallel shards it over the vocabulary. docs/tp.md
+// has the tables.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,9 @@ namespace hyperparallel::tp {
 
 struct TensorParallelOptions {
   bool sequence_parallel = false;
+  // The head column-parallel (tied: the vocab-parallel embedding's rows) and its logits left
+  // sharded for tp::enable_loss_parallel's cross-entropy.
+  bool loss_parallel = false;
 };
 
 // Throws UserError with the numbers and the valid degrees when `tp_size` does not fit the

@@ -12,6 +12,7 @@
 //   SequenceParallel    norms on a sharded input (sequence, or heads for q/k norms): the
 //                       replicated weight's gradient is summed over tp
 //   PrepareModuleInput  a block's input redistributed once for all its projections
+//   PrepareModuleOutput a module's output redistributed for the next (the head's input)
 //   ReplicatedKvHeads   k/v projections when tp exceeds the kv heads (GQA)
 //   NoParallel          a replicated module whose output may be sharded (sequence parallel entry)
 // Layouts are placements on the tp axis; Shard(-1) means the last dim. docs/tp.md has the
@@ -94,6 +95,19 @@ struct PrepareModuleInput : ParallelStyle {
   void apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
              ParameterLayouts& layouts) const override;
   std::string name() const override { return "PrepareModuleInput"; }
+};
+
+// A module's output moved to the layout the next module computes on: Shard(d) -> Replicate
+// is an all-gather, Replicate -> Replicate nothing; with `reduce_output_grad` (the output
+// feeds sharded work, e.g. a column-parallel head) the gradient is summed over tp (the
+// all-gather's dual becomes a reduce-scatter, the identity's an all-reduce).
+struct PrepareModuleOutput : ParallelStyle {
+  dtensor::Placement output_layout = dtensor::Replicate();
+  dtensor::Placement desired_output_layout = dtensor::Replicate();
+  bool reduce_output_grad = true;
+  void apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
+             ParameterLayouts& layouts) const override;
+  std::string name() const override { return "PrepareModuleOutput"; }
 };
 
 // GQA with more tp ranks than kv heads: the k or v projection stays whole, and each rank

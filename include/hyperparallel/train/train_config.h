@@ -40,6 +40,7 @@ struct FsdpConfig {
 struct AcceleratorConfig {
   int64_t tp_size = 1, cp_size = 1, ep_size = 1, pp_size = 1;
   bool sequence_parallel = false;
+  bool loss_parallel = false;
 };
 
 struct TrainConfig {
