@@ -29,10 +29,6 @@ void check_fits(const models::ModelConfig& c, int64_t tp) {
                     std::to_string(c.num_key_value_heads) + ") must divide by it or divide it; valid tp sizes: " +
                     valid_degrees(c, std::max<int64_t>(tp, 2 * c.num_attention_heads)));
   }
-  if (c.num_experts > 0) {
-    throw UserError("tensor parallelism for " + c.model_type + " (MoE) is not available yet: its expert layers come with "
-                    "expert parallelism; use tp_size 1");
-  }
 }
 
 }  // namespace
@@ -80,10 +76,22 @@ ParallelizePlan plan_for(const models::ModelConfig& c, int64_t tp, const TensorP
     plan.add("model.layers.*.self_attn.q_norm", head_norm);
     plan.add("model.layers.*.self_attn.k_norm", head_norm);
   }
-  plan.add("model.layers.*.mlp", block_input);
-  plan.add("model.layers.*.mlp.gate_proj", colwise);
-  plan.add("model.layers.*.mlp.up_proj", colwise);
-  plan.add("model.layers.*.mlp.down_proj", rowwise);
+  // Dense MLPs split over tp; a sparse (MoE) block runs whole on every tp rank until expert
+  // parallelism splits its experts: under SP it gathers its input and slices its output.
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string mlp = "model.layers." + std::to_string(i) + ".mlp";
+    if (c.is_moe_layer(i)) {
+      if (!sp) continue;
+      NoParallel whole_block;
+      whole_block.input_layout = whole_block.output_layout = Shard(1);
+      plan.add(mlp, whole_block);
+      continue;
+    }
+    plan.add(mlp, block_input);
+    plan.add(mlp + ".gate_proj", colwise);
+    plan.add(mlp + ".up_proj", colwise);
+    plan.add(mlp + ".down_proj", rowwise);
+  }
   if (lp) {
     // The final norm's output feeds the sharded head: gathered (SP) or kept, its gradient
     // summed over tp. Added before the norm's SequenceParallel so it wraps it.

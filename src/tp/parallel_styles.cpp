@@ -162,12 +162,15 @@ class VocabParallelHook : public nn::ForwardHook {
 // Input moved to the style's layout, output moved to the next module's.
 class BoundaryHook : public nn::ForwardHook {
  public:
+  // `sharded_work`: the module's computation is split over tp, so its input's gradient is a
+  // sum over ranks (a gathered input's dual is a reduce-scatter, a replicated one is reduced
+  // when `reduce_replicated_input_grad`); otherwise every rank computes the same.
   BoundaryHook(Placement in_from, Placement in_to, Placement out_from, Placement out_to,
-               std::shared_ptr<TensorParallelContext> ctx, bool reduce_replicated_input_grad)
+               std::shared_ptr<TensorParallelContext> ctx, bool reduce_replicated_input_grad, bool sharded_work = true)
       : in_from_(in_from), in_to_(in_to), out_from_(out_from), out_to_(out_to), ctx_(std::move(ctx)),
-        reduce_input_grad_(reduce_replicated_input_grad) {}
+        reduce_input_grad_(reduce_replicated_input_grad), sharded_work_(sharded_work) {}
   at::Tensor around(const at::Tensor& x, const nn::Forward& next) override {
-    at::Tensor in = to_layout(x, in_from_, in_to_, *ctx_, GradIs::kPartial);
+    at::Tensor in = to_layout(x, in_from_, in_to_, *ctx_, sharded_work_ ? GradIs::kPartial : GradIs::kReplicate);
     if (reduce_input_grad_ && in_from_.is_replicate() && in_to_.is_replicate()) in = dtensor::reduce_grad(in, *ctx_->group);
     return to_layout(next(in), out_from_, out_to_, *ctx_, GradIs::kReplicate);
   }
@@ -175,7 +178,7 @@ class BoundaryHook : public nn::ForwardHook {
  private:
   Placement in_from_, in_to_, out_from_, out_to_;
   std::shared_ptr<TensorParallelContext> ctx_;
-  bool reduce_input_grad_;
+  bool reduce_input_grad_, sharded_work_;
 };
 
 class OutputHook : public nn::ForwardHook {
@@ -292,10 +295,11 @@ void ReplicatedKvHeads::apply(torch::nn::Module& module, const std::string& path
 
 void NoParallel::apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
                        ParameterLayouts& layouts) const {
+  check_layout(input_layout, path, name(), "input layout");
   check_layout(output_layout, path, name(), "output layout");
   record_replicated(module, path, *ctx, layouts);
-  nn::add_forward_hook(module, std::make_shared<BoundaryHook>(dtensor::Replicate(), dtensor::Replicate(), dtensor::Replicate(),
-                                                               output_layout, ctx, false));
+  nn::add_forward_hook(module, std::make_shared<BoundaryHook>(input_layout, dtensor::Replicate(), dtensor::Replicate(),
+                                                               output_layout, ctx, false, /*sharded_work=*/false));
 }
 
 }  // namespace hyperparallel::tp

@@ -1,4 +1,5 @@
-// The tensor-parallel plans shipped for the HF decoder families (Llama, Qwen2, Qwen3), as
+// The tensor-parallel plans shipped for the HF decoder families (Llama, Qwen2, Qwen3, and the
+// dense parts of Qwen3-MoE: its sparse blocks run whole on every tp rank), as
 // Megatron splits a transformer block: attention heads and MLP features column-parallel,
 // o_proj and down_proj row-parallel, one all-reduce per block forward and one backward; the
 // embedding vocab-parallel (kept whole when tied to the head); with sequence parallelism the
@@ -24,8 +25,7 @@ struct TensorParallelOptions {
 };
 
 // Throws UserError with the numbers and the valid degrees when `tp_size` does not fit the
-// model (heads not divisible, kv heads neither divisible nor a divisor of tp), or for a family
-// without a plan.
+// model (heads not divisible, kv heads neither divisible nor a divisor of tp).
 ParallelizePlan plan_for(const models::ModelConfig& config, int64_t tp_size, const TensorParallelOptions& options = {});
 
 }  // namespace hyperparallel::tp

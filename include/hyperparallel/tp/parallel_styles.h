@@ -120,7 +120,11 @@ struct ReplicatedKvHeads : ParallelStyle {
   std::string name() const override { return "ReplicatedKvHeads"; }
 };
 
+// A module computed whole on every tp rank (replicated work): its input gathered when it
+// arrives sharded (the gradient then a slice: every rank computes the same), its output kept
+// or sliced (the sequence-parallel entry, or the exit of a replicated block).
 struct NoParallel : ParallelStyle {
+  dtensor::Placement input_layout = dtensor::Replicate();
   dtensor::Placement output_layout = dtensor::Replicate();
   void apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
              ParameterLayouts& layouts) const override;
