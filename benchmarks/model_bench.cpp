@@ -20,6 +20,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "bench_qwen3.h"
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/platform/host_allocator.h"
 #include "models/attention.h"
@@ -106,14 +107,7 @@ int main(int argc, char** argv) {
   // Without it every step pays page faults for its temporaries (host_allocator.h).
   const bool cache = !(argc > 2 && std::string(argv[2]) == "--no-host-cache");
   if (cache) hp::platform::CachingHostAllocator::install();
-  hp::models::ModelConfig c = hp::models::debug_flavour_config("qwen3-debug");
-  c.vocab_size = 32768;
-  c.hidden_size = 512;
-  c.num_hidden_layers = 10;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 4;
-  c.head_dim = 64;
-  c.intermediate_size = 1536;
+  const hp::models::ModelConfig c = hp::benchmarks::qwen3_48m_config();
   constexpr int64_t kBatch = 4, kSeq = 512;
   const int64_t tokens = kBatch * kSeq;
 

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <string>
 
+#include "bench_qwen3.h"
 #include "hyperparallel/comm/rendezvous.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/mesh/device_mesh.h"
@@ -33,18 +34,6 @@ double peak_rss_mb() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<double>(usage.ru_maxrss) / 1024.0;
-}
-
-hp::models::ModelConfig bench_config() {
-  hp::models::ModelConfig c = hp::models::debug_flavour_config("qwen3-debug");
-  c.vocab_size = 32768;
-  c.hidden_size = 512;
-  c.num_hidden_layers = 10;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 4;
-  c.head_dim = 64;
-  c.intermediate_size = 1536;
-  return c;
 }
 
 // Our design's bytes per rank and step. FSDP over n: blocks all-gather twice and
@@ -79,7 +68,7 @@ int main(int argc, char** argv) {
   auto world = hp::comm::init_process_group(hp::comm::rendezvous_info_from_env());
   const int64_t n = world->size();
   const int64_t tp = mode == "tp4" ? n : mode == "fsdp2_tp2" ? 2 : 1, dp = n / tp;
-  const auto config = bench_config();
+  const auto config = hp::benchmarks::qwen3_48m_config();
   hp::models::ModelLoadOptions options;
   options.seed = 1;
   auto model = hp::models::AutoModelForCausalLM::from_config(config, options);

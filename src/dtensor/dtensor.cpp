@@ -8,12 +8,6 @@
 namespace hyperparallel::dtensor {
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
 AxisGroups axis_groups(const mesh::DeviceMesh& mesh) {
   AxisGroups groups;
   for (const auto& name : mesh.axis_names()) groups.comms.push_back(mesh.comm(name));
@@ -25,8 +19,8 @@ AxisGroups axis_groups(const mesh::DeviceMesh& mesh) {
 DTensor::DTensor(at::Tensor local, DTensorSpec spec) : local_(std::move(local)), spec_(std::move(spec)) {
   const std::vector<int64_t> want = spec_.local_shape();
   if (local_.sizes().vec() != want) {
-    throw UserError("DTensor: the local tensor has shape " + shape_text(local_.sizes().vec()) + " but " +
-                    spec_.to_string() + " gives this rank " + shape_text(want));
+    throw UserError("DTensor: the local tensor has shape " + shape_string(local_.sizes().vec()) + " but " +
+                    spec_.to_string() + " gives this rank " + shape_string(want));
   }
 }
 

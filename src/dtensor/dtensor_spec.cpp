@@ -4,20 +4,10 @@
 
 namespace hyperparallel::dtensor {
 
-namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
-}  // namespace
-
 DTensorSpec::DTensorSpec(mesh::DeviceMesh mesh, Placements placements, std::vector<int64_t> global_shape)
     : mesh_(std::move(mesh)), placements_(std::move(placements)), global_shape_(std::move(global_shape)) {
   for (int64_t s : global_shape_) {
-    if (s < 0) throw UserError("DTensorSpec: global shape " + shape_text(global_shape_) + " has a negative size");
+    if (s < 0) throw UserError("DTensorSpec: global shape " + shape_string(global_shape_) + " has a negative size");
   }
   check_placements(placements_, static_cast<int64_t>(global_shape_.size()), mesh_.ndim(),
                    "DTensorSpec on " + mesh_.to_string());
@@ -35,7 +25,7 @@ DTensorSpec DTensorSpec::with_placements(Placements placements) const {
 
 std::string DTensorSpec::to_string() const {
   return "DTensorSpec(" + mesh_.to_string() + ", " + dtensor::to_string(placements_) + ", global " +
-         shape_text(global_shape_) + ")";
+         shape_string(global_shape_) + ")";
 }
 
 }  // namespace hyperparallel::dtensor

@@ -38,6 +38,12 @@ std::string to_string(const Placements& placements) {
   return out + "]";
 }
 
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
 int64_t shard_length(int64_t size, int64_t n, int64_t k) {
   const int64_t chunk = (size + n - 1) / n;
   const int64_t begin = std::min(size, k * chunk);

@@ -119,12 +119,6 @@ class Redistribution {
   int axis_count_;
 };
 
-std::string shape_text(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
 }  // namespace
 
 at::Tensor redistribute_local(const at::Tensor& local, const AxisGroups& axes, const std::vector<int64_t>& global_shape,
@@ -135,9 +129,9 @@ at::Tensor redistribute_local(const at::Tensor& local, const AxisGroups& axes, c
   check_placements(to, dims, mesh_axes, "redistribute (target)");
   const Box box = local_box(global_shape, from, axes.shape(), axes.coords());
   if (local.sizes().vec() != box.lengths) {
-    throw UserError("redistribute: the local tensor has shape " + shape_text(local.sizes()) + " but " +
-                    to_string(from) + " of global " + shape_text(global_shape) + " gives this rank " +
-                    shape_text(box.lengths));
+    throw UserError("redistribute: the local tensor has shape " + shape_string(local.sizes().vec()) + " but " +
+                    to_string(from) + " of global " + shape_string(global_shape) + " gives this rank " +
+                    shape_string(box.lengths));
   }
   if (from == to) return local;
   return Redistribution(axes, global_shape, from, to).run(local);

@@ -55,6 +55,7 @@ inline Placement Partial(comm::ReduceOp op = comm::ReduceOp::kSum) { return Plac
 
 using Placements = std::vector<Placement>;
 std::string to_string(const Placements& placements);  // "[Shard(0), Replicate()]"
+std::string shape_string(const std::vector<int64_t>& shape);  // "[5, 7]", for messages
 
 // The ceil split of `size` over `n` ranks: the length and first index of rank k's shard.
 int64_t shard_length(int64_t size, int64_t n, int64_t k);
