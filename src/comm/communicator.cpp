@@ -75,6 +75,7 @@ void OrderedFinishes::complete_before(WirePendingWork* work, std::optional<std::
   while (!queue_.empty() && queue_.front() != work) {
     WirePendingWork* earlier = queue_.front();
     queue_.erase(queue_.begin());
+    earlier->leave_order();
     earlier->complete(timeout);  // its own wait() later finds nothing left to do
   }
 }

@@ -72,8 +72,10 @@ class WirePendingWork : public PendingWork {
   // Makes this work's finishing step run in issue order among the communicator's other
   // wire-using finishes (OrderedFinishes).
   void order_finish_in(std::shared_ptr<OrderedFinishes> order);
-  // wait() without the ordering step; OrderedFinishes calls it for earlier works.
+  // wait() without the ordering step; OrderedFinishes calls it for earlier works, after
+  // leave_order() (they are out of the queue: their own wait() must not drain it again).
   void complete(std::optional<std::chrono::milliseconds> timeout);
+  void leave_order() { order_ = nullptr; }
 
  private:
   std::shared_ptr<OrderedFinishes> order_;  // null: the finish is local only

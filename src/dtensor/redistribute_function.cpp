@@ -45,11 +45,17 @@ struct RedistributeFunction : torch::autograd::Function<RedistributeFunction> {
     auto holder = c10::static_intrusive_pointer_cast<CallHolder>(ctx->saved_data["call"].toCapsule());
     const RedistributeCall& call = holder->call;
     if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
-    // A Partial(avg) output's local gradient is G/n: read it as the replicated G first.
+    // A Partial(avg) output's local gradient is G/n: read it as the replicated G first, on the
+    // axes where the gradient is taken as Replicate.
     at::Tensor grad = grads[0].contiguous();
-    const int64_t output_averaged = call.grad_of_output ? 1 : averaged_over(call.to, call.axes);
-    if (output_averaged > 1) grad = grad * static_cast<double>(output_averaged);
     const Placements grad_from = call.grad_of_output.value_or(gradient_placements(call.to));
+    int64_t output_averaged = 1;
+    for (size_t i = 0; i < call.to.size(); ++i) {
+      if (call.to[i].is_partial() && call.to[i].reduce_op() == comm::ReduceOp::kAvg && grad_from[i].is_replicate()) {
+        output_averaged *= call.axes.size(i);
+      }
+    }
+    if (output_averaged > 1) grad = grad * static_cast<double>(output_averaged);
     grad = redistribute_local(grad, call.axes, call.global_shape, grad_from, gradient_placements(call.from));
     const int64_t input_averaged = averaged_over(call.from, call.axes);
     if (input_averaged > 1) grad = grad / static_cast<double>(input_averaged);

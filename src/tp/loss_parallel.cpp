@@ -30,7 +30,8 @@ class VocabParallelCrossEntropy : public models::TokenLoss {
     const at::Tensor sum_exp = dtensor::all_reduce((z - max.unsqueeze(-1)).exp().sum(-1), *group_);
     const at::Tensor mine = labels.ge(first_).logical_and(labels.lt(first_ + rows_));
     const at::Tensor local = at::where(mine, labels - first_, at::zeros_like(labels));
-    at::Tensor picked = rows_ > 0 ? z.gather(-1, local.unsqueeze(-1)).squeeze(-1) * mine : at::zeros({z.size(0)}, z.options());
+    // An empty shard's zeros stay in the graph (z.sum over no rows), as its peers' terms do.
+    at::Tensor picked = rows_ > 0 ? z.gather(-1, local.unsqueeze(-1)).squeeze(-1) * mine : z.sum(-1);
     const at::Tensor label_logit = dtensor::all_reduce(picked, *group_);
     const at::Tensor per_token = sum_exp.log() + max - label_logit;
     return (per_token * labels.ne(-100)).sum();

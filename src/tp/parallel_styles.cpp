@@ -20,7 +20,12 @@ TensorParallelContext::TensorParallelContext(mesh::DeviceMesh tp_mesh)
 
 int64_t TensorParallelContext::global_size(const at::Tensor& local, int64_t dim) const {
   const auto it = sharded_dim_sizes.find(dim);
-  return it != sharded_dim_sizes.end() ? it->second : local.size(dim) * group->size();
+  if (it != sharded_dim_sizes.end()) return it->second;
+  // Not sharded by a hook here (an input that arrives sharded): the ranks' lengths summed. The
+  // same on every rank, since every rank runs the same hooks in the same order.
+  at::Tensor total = at::full({1}, local.size(dim), at::kLong);
+  group->all_reduce(total).wait();
+  return total.item<int64_t>();
 }
 
 namespace {
@@ -131,7 +136,9 @@ class RowwiseLinearHook : public nn::ForwardHook {
     }
     linear_.bias = bias;
     at::Tensor y = to_layout(partial, dtensor::Partial(), style_.output_layout, *ctx_, GradIs::kReplicate);
-    return bias.defined() ? y + bias : y;
+    if (!bias.defined()) return y;
+    // On a sharded output each rank adds the bias to its part only: its gradient is a sum over tp.
+    return y + (style_.output_layout.is_shard() ? dtensor::reduce_grad(bias, *ctx_->group) : bias);
   }
 
  private:
@@ -144,17 +151,28 @@ class RowwiseLinearHook : public nn::ForwardHook {
 // the sum over tp holds exactly one non-zero term per token.
 class VocabParallelHook : public nn::ForwardHook {
  public:
-  VocabParallelHook(RowwiseParallel style, int64_t first, int64_t rows, std::shared_ptr<TensorParallelContext> ctx)
-      : style_(style), first_(first), rows_(rows), ctx_(std::move(ctx)) {}
+  VocabParallelHook(RowwiseParallel style, const at::Tensor& weight, int64_t first, int64_t rows,
+                    std::shared_ptr<TensorParallelContext> ctx)
+      : style_(style), weight_(weight), first_(first), rows_(rows), ctx_(std::move(ctx)) {}
   at::Tensor around(const at::Tensor& ids, const nn::Forward& next) override {
-    const at::Tensor mine = ids.ge(first_).logical_and(ids.lt(first_ + rows_));
-    const at::Tensor local_ids = at::where(mine, ids - first_, at::zeros_like(ids));
-    at::Tensor partial = next(local_ids) * mine.unsqueeze(-1);
+    at::Tensor partial;
+    if (rows_ == 0) {  // an empty shard (vocab < tp ranks): nothing to look up
+      std::vector<int64_t> shape = ids.sizes().vec();
+      shape.push_back(weight_.size(1));
+      // Zeros that stay in the autograd graph (through the empty weight), so this rank's
+      // backward runs the same collectives as its peers'.
+      partial = at::zeros(shape, weight_.options()) + weight_.sum() * 0.0;
+    } else {
+      const at::Tensor mine = ids.ge(first_).logical_and(ids.lt(first_ + rows_));
+      const at::Tensor local_ids = at::where(mine, ids - first_, at::zeros_like(ids));
+      partial = next(local_ids) * mine.unsqueeze(-1);
+    }
     return to_layout(partial, dtensor::Partial(), style_.output_layout, *ctx_, GradIs::kReplicate);
   }
 
  private:
   RowwiseParallel style_;
+  at::Tensor weight_;  // the module's parameter (identity kept): its dtype and width
   int64_t first_, rows_;
   std::shared_ptr<TensorParallelContext> ctx_;
 };
@@ -239,7 +257,7 @@ void RowwiseParallel::apply(torch::nn::Module& module, const std::string& path, 
   if (auto* embedding = dynamic_cast<models::Embedding*>(&module)) {
     const int64_t vocab = embedding->weight.size(0), n = ctx->group->size(), me = ctx->group->rank();
     shard_parameter(embedding->weight, 0, path + ".weight", *ctx, layouts);
-    nn::add_forward_hook(module, std::make_shared<VocabParallelHook>(*this, dtensor::shard_offset(vocab, n, me),
+    nn::add_forward_hook(module, std::make_shared<VocabParallelHook>(*this, embedding->weight, dtensor::shard_offset(vocab, n, me),
                                                                       dtensor::shard_length(vocab, n, me), ctx));
     return;
   }

@@ -140,7 +140,9 @@ class ShardReader {
     const std::string key = kind + "/" + name;
     const auto& pieces = pieces_of(name);
     for (const Piece& p : pieces) {
-      if (contains(p.box, want)) return files_[p.file]->read_box(key, relative(want.offsets, p.box), want.lengths);
+      if (contains(p.box, want) && files_[p.file]->contains(key)) {
+        return files_[p.file]->read_box(key, relative(want.offsets, p.box), want.lengths);
+      }
     }
     at::Tensor out;
     int64_t covered = 0;

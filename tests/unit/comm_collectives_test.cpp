@@ -221,6 +221,21 @@ TEST_P(CommCollectives, RanksMayWaitForTheirHandlesInDifferentOrders) {
     }
     if (me % 2 == 1) std::reverse(handles.begin(), handles.end());
     for (auto& h : handles) h.wait();
+    // Waiting for a later one first completes the earlier ones only: here rank 0 waits B, A,
+    // then a blocking all-reduce, then C; the others A, B, the all-reduce, C.
+    std::vector<at::Tensor> abc;
+    std::vector<comm::CommHandle> three;
+    for (int k = 0; k < 3; ++k) {
+      abc.push_back(rank_data(40 + k, me, {9}, at::kBFloat16));
+      three.push_back(c.all_reduce(abc.back()));
+    }
+    if (me == 0) std::swap(three[0], three[1]);
+    three[0].wait();
+    three[1].wait();
+    at::Tensor blocking = at::ones({3});
+    c.all_reduce(blocking).wait();
+    three[2].wait();
+    EXPECT_TRUE(at::equal(blocking, at::full({3}, static_cast<double>(n))));
     for (int k = 0; k < 3; ++k) {
       std::vector<at::Tensor> ar_parts, ag_parts;
       for (int r = 0; r < n; ++r) {
@@ -229,6 +244,9 @@ TEST_P(CommCollectives, RanksMayWaitForTheirHandlesInDifferentOrders) {
       }
       EXPECT_TRUE(at::equal(reduced[k], reference_reduce(ar_parts, ReduceOp::kSum))) << k;
       EXPECT_TRUE(at::equal(gathered[k], at::cat(ag_parts))) << k;
+      std::vector<at::Tensor> abc_parts;
+      for (int r = 0; r < n; ++r) abc_parts.push_back(rank_data(40 + k, r, {9}, at::kBFloat16));
+      EXPECT_TRUE(at::equal(abc[k], reference_reduce(abc_parts, ReduceOp::kSum))) << "abc " << k;
     }
   });
 }

@@ -168,6 +168,26 @@ TEST_P(DTensorRedistribute, WrongLocalShapesAreUserErrors) {
   });
 }
 
+// Declaring the default gradient placements explicitly changes nothing, also for a
+// Partial(avg) result (whose local gradient is G/n).
+TEST_P(DTensorRedistribute, DeclaredDefaultGradientPlacementsEqualTheDefault) {
+  run_on_ranks(GetParam(), [](RankContext& ctx) {
+    mesh::DeviceMesh mesh = mesh::init_device_mesh(ctx.world, "cpu", {ctx.world_size}, {"tp"});
+    for (const Placement& to : {Partial(ReduceOp::kAvg), Partial(ReduceOp::kSum), Shard(1)}) {
+      std::vector<at::Tensor> grads;
+      for (bool declared : {false, true}) {
+        at::Tensor x = integral(1, {4, 6}).requires_grad_(true);
+        dtensor::RedistributeOptions options;
+        if (declared) options.grad_placements = Placements{to.is_partial() ? Replicate() : to};
+        at::Tensor y = DTensor::from_local(x, mesh, {Replicate()}).redistribute({to}, options).to_local();
+        (y * integral(2, y.sizes())).sum().backward();
+        grads.push_back(x.grad());
+      }
+      EXPECT_TRUE(at::equal(grads[0], grads[1])) << to.to_string();
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, DTensorRedistribute, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 

@@ -43,12 +43,25 @@ struct Layout {
   }
 };
 
+// A debug flavour, or one of two variants: "llama-debug-bias" (biases on q/k/v, o_proj and the
+// MLP, so row-parallel biases meet sequence parallelism) and "llama-debug-vocab6" (6 tokens:
+// at tp 4 one vocab shard is empty).
+std::shared_ptr<models::CausalLM> make_model(const std::string& flavour) {
+  models::ModelLoadOptions options;
+  options.seed = 11;
+  if (flavour == "llama-debug-bias" || flavour == "llama-debug-vocab6") {
+    models::ModelConfig c = models::debug_flavour_config("llama-debug");
+    if (flavour == "llama-debug-bias") c.attention_bias = c.mlp_bias = true;
+    if (flavour == "llama-debug-vocab6") c.vocab_size = 6;
+    return models::AutoModelForCausalLM::from_config(c, options);
+  }
+  return models::AutoModelForCausalLM::from_pretrained(flavour, options);
+}
+
 // SGD with momentum on two alternating batches (a loss that falls); tp ranks share a batch,
 // dp ranks take their rows of it. No context: the plain model in this process.
 Trained train(const std::string& flavour, const testing::RankContext* ctx, const Layout& layout, int steps) {
-  models::ModelLoadOptions options;
-  options.seed = 11;
-  auto model = models::AutoModelForCausalLM::from_pretrained(flavour, options);
+  auto model = make_model(flavour);
   std::unique_ptr<mesh::DeviceMesh> mesh;
   int64_t dp = 1, dp_rank = 0;
   const bool fsdp = ctx && layout.dp_replicate * layout.dp_shard > 1;
@@ -91,8 +104,9 @@ Trained train(const std::string& flavour, const testing::RankContext* ctx, const
   return result;
 }
 
-void expect_matches_one_process(const testing::RankContext& ctx, const Layout& layout, int steps) {
-  for (const std::string flavour : {"llama-debug", "qwen2-debug", "qwen3-debug"}) {
+void expect_matches_one_process(const testing::RankContext& ctx, const Layout& layout, int steps,
+                                const std::vector<std::string>& flavours = {"llama-debug", "qwen2-debug", "qwen3-debug"}) {
+  for (const std::string& flavour : flavours) {
     SCOPED_TRACE(flavour + " " + layout.name());
     const Trained ref = train(flavour, nullptr, {}, steps);
     const Trained got = train(flavour, &ctx, layout, steps);
@@ -121,6 +135,8 @@ TEST(TensorParallel, Tp2WithSequenceAndLossParallelTrainsLikeOneProcess) {
     expect_matches_one_process(ctx, tp_only(2, true), 20);
     expect_matches_one_process(ctx, tp_only(2, false, true), 20);
     expect_matches_one_process(ctx, tp_only(2, true, true), 20);
+    // Row-parallel biases on a sequence-sharded output: their gradient is summed over tp.
+    expect_matches_one_process(ctx, tp_only(2, true, true), 20, {"llama-debug-bias"});
   });
 }
 
@@ -130,6 +146,8 @@ TEST(TensorParallel, Tp4AndTp4WithSequenceParallelTrainLikeOneProcess) {
   testing::run_on_ranks(4, [](testing::RankContext& ctx) {
     expect_matches_one_process(ctx, tp_only(4, false), 20);  // 2 kv heads < 4 ranks: ReplicatedKvHeads
     expect_matches_one_process(ctx, tp_only(4, true), 20);
+    // 6 tokens over 4 ranks: the last vocab shard (embedding and head) is empty.
+    expect_matches_one_process(ctx, tp_only(4, true, true), 20, {"llama-debug-vocab6"});
   }, options);
 }
 
@@ -150,9 +168,7 @@ TEST(TensorParallel, FsdpAndHsdpOverTp2TrainLikeOneProcess) {
 // One backward of the global batch; returns the global gradient norm (the plain model's own
 // without a context).
 double gradient_norm(const std::string& flavour, const testing::RankContext* ctx, const Layout& layout) {
-  models::ModelLoadOptions options;
-  options.seed = 11;
-  auto model = models::AutoModelForCausalLM::from_pretrained(flavour, options);
+  auto model = make_model(flavour);
   int64_t dp = 1, dp_rank = 0;
   if (ctx) {
     auto mesh = mesh::init_device_mesh(ctx->world, "cpu", {layout.dp_replicate, layout.dp_shard, layout.tp},

@@ -34,8 +34,10 @@ class Module;
 namespace hyperparallel::tp {
 
 // What the hooks of one parallelize_module call share: the tp mesh, and the global length of
-// each dim that a hook sharded in the current forward (so an uneven sequence is gathered back
-// to its true length).
+// each dim that a hook sharded (so an uneven sequence is gathered back to its true length).
+// A plan whose forward gathers a dim it did not shard first sums the ranks' lengths (one small
+// all-reduce); a plan that shards a dim in one forward and not in the next would read the
+// earlier length — the shipped plans shard the sequence first in every forward.
 struct TensorParallelContext {
   explicit TensorParallelContext(mesh::DeviceMesh tp_mesh);
   mesh::DeviceMesh mesh;
