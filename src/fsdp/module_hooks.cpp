@@ -7,12 +7,15 @@
 namespace hyperparallel::fsdp {
 namespace {
 
-constexpr const char* kHooksChild = "_hp_hooks";
-
-// A parameter-free child module that carries the hooks.
-class HooksHolder : public torch::nn::Module {
+// fully_shard's pre/post steps as one entry of the stack: all-gather before the hooks inside
+// it (and the body) run, reshard and gradient hooks after.
+class FsdpForwardHook : public nn::ForwardHook {
  public:
-  explicit HooksHolder(std::shared_ptr<ModuleHooks> hooks) : hooks_(std::move(hooks)) {}
+  explicit FsdpForwardHook(std::shared_ptr<ModuleHooks> hooks) : hooks_(std::move(hooks)) {}
+  at::Tensor around(const at::Tensor& input, const nn::Forward& next) override {
+    hooks_->pre_forward();
+    return hooks_->post_forward(next(input.defined() ? hooks_->cast_input(input) : input));
+  }
   ModuleHooks* hooks() const { return hooks_.get(); }
 
  private:
@@ -25,15 +28,14 @@ void attach_hooks(torch::nn::Module& module, std::shared_ptr<ModuleHooks> hooks)
   if (find_hooks(module)) {
     throw UserError("module " + module.name() + " already has hooks (fully_shard applied twice?)");
   }
-  module.register_module(kHooksChild, std::make_shared<HooksHolder>(std::move(hooks)));
+  nn::add_forward_hook(module, std::make_shared<FsdpForwardHook>(std::move(hooks)));
 }
 
 ModuleHooks* find_hooks(torch::nn::Module& module) {
-  const auto children = module.named_children();
-  const auto* holder = children.find(kHooksChild);
-  if (!holder) return nullptr;
-  auto* typed = dynamic_cast<HooksHolder*>(holder->get());
-  return typed ? typed->hooks() : nullptr;
+  for (const auto& hook : nn::forward_hooks(module)) {
+    if (auto* fsdp = dynamic_cast<FsdpForwardHook*>(hook.get())) return fsdp->hooks();
+  }
+  return nullptr;
 }
 
 }  // namespace hyperparallel::fsdp

@@ -1,21 +1,24 @@
-// The forward hook point that LibTorch's torch::nn::Module lacks.
+// fully_shard's hook point on a module: one entry of the module's forward-hook stack
+// (nn/forward_hooks.h), so FSDP, tensor-parallel styles and later CP and checkpointing stack
+// on the same list, in attachment order (docs/tp.md "Hook order").
 //
-// fully_shard (and later TP/CP plans) must run code right before and right after a module's
-// forward. A module opts in with one step: its forward() wraps its body in hooked_forward:
+// A module opts in with one step: its forward() wraps its body in hooked_forward:
 //
 //   torch::Tensor forward(torch::Tensor x) {
 //     return hyperparallel::fsdp::hooked_forward(*this, [&] { return fc2(fc1(x).relu()); });
 //   }
 //
-// Without hooks attached this calls the body and nothing else. Hooks live on the module
-// itself, as a child module named "_hp_hooks" that holds no parameters — so there is no
-// registry outside the model, and named_parameters() is unchanged.
+// Without hooks attached this calls the body and nothing else. The stack lives on the module
+// itself (a parameter-free child), so there is no registry outside the model and
+// named_parameters() is unchanged.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <memory>
 #include <utility>
+
+#include "hyperparallel/nn/forward_hooks.h"
 
 namespace torch::nn {
 class Module;
@@ -34,27 +37,22 @@ class ModuleHooks {
   virtual at::Tensor post_forward(at::Tensor output) = 0;
 };
 
-// Attaches `hooks` to `module`; throws UserError if it already has hooks.
+// Appends `hooks` to `module`'s forward-hook stack; throws UserError if fully_shard's hooks are
+// already there.
 void attach_hooks(torch::nn::Module& module, std::shared_ptr<ModuleHooks> hooks);
-// The hooks attached to `module`, or nullptr.
+// fully_shard's hooks on `module`, or nullptr.
 ModuleHooks* find_hooks(torch::nn::Module& module);
 
 template <typename Body>
 at::Tensor hooked_forward(torch::nn::Module& module, Body&& body) {
-  ModuleHooks* hooks = find_hooks(module);
-  if (!hooks) return std::forward<Body>(body)();
-  hooks->pre_forward();
-  return hooks->post_forward(std::forward<Body>(body)());
+  return nn::run_with_hooks(module, at::Tensor(), [&](const at::Tensor&) { return std::forward<Body>(body)(); });
 }
 
 // The same with the forward's input passed through the hooks (mixed precision casts it):
 //   return hooked_forward(*this, x, [&](const at::Tensor& x) { return fc2(fc1(x).relu()); });
 template <typename Body>
 at::Tensor hooked_forward(torch::nn::Module& module, const at::Tensor& input, Body&& body) {
-  ModuleHooks* hooks = find_hooks(module);
-  if (!hooks) return std::forward<Body>(body)(input);
-  hooks->pre_forward();
-  return hooks->post_forward(std::forward<Body>(body)(hooks->cast_input(input)));
+  return nn::run_with_hooks(module, input, std::forward<Body>(body));
 }
 
 }  // namespace hyperparallel::fsdp

@@ -10,8 +10,8 @@
 //   }
 // Hooks run in attachment order, the first attached outermost. They live on the module
 // itself, as a parameter-free child "_hp_forward_hooks", so there is no registry outside the
-// model and named_parameters() is unchanged. FSDP keeps its own pre/post hooks on the
-// modules it groups (fsdp/module_hooks.h); docs/tp.md "Hook order" says how they compose.
+// model and named_parameters() is unchanged. fully_shard's pre/post steps are one entry of
+// the same stack (fsdp/module_hooks.h); docs/tp.md "Hook order" says how they compose.
 #pragma once
 
 #include <ATen/core/Tensor.h>
