@@ -49,6 +49,16 @@ at::Tensor ShardedParam::rows_of(const at::Tensor& t) const {
   return moved.contiguous().reshape({-1, row_numel});
 }
 
+const char* to_string(TrainingState state) {
+  switch (state) {
+    case TrainingState::kIdle: return "IDLE";
+    case TrainingState::kForward: return "FORWARD";
+    case TrainingState::kPreBackward: return "PRE_BACKWARD";
+    case TrainingState::kPostBackward: return "POST_BACKWARD";
+  }
+  return "?";
+}
+
 const char* to_string(UnitState state) {
   switch (state) {
     case UnitState::kSharded: return "SHARDED";
@@ -326,7 +336,17 @@ void FSDPUnit::reshard() {
 
 // ---- forward -----------------------------------------------------------------------------
 
+void FSDPUnit::enter(std::initializer_list<TrainingState> from, TrainingState to) {
+  if (std::find(from.begin(), from.end(), training_state_) == from.end()) {
+    throw std::logic_error(std::string("FSDP unit ") + label_ + ": " + to_string(to) + " from training state " +
+                           to_string(training_state_));
+  }
+  training_state_ = to;
+}
+
 void FSDPUnit::pre_forward() {
+  // A forward inside backward would be activation recompute, which is not built yet.
+  enter({TrainingState::kIdle, TrainingState::kForward}, TrainingState::kForward);
   forward_started_ = platform::TraceRecorder::Clock::now();
   if (!root_) {
     // The first unit to run forward is the root; it adopts every unit below it.
@@ -365,7 +385,10 @@ at::Tensor FSDPUnit::cast_input(at::Tensor input) {
 at::Tensor FSDPUnit::post_forward(at::Tensor output) {
   // A unit over a list of modules keeps its parameters until the last of them has run.
   const bool last = ++forwards_done_ >= modules_.size();
-  if (last) forwards_done_ = 0;
+  if (last) {
+    forwards_done_ = 0;
+    enter({TrainingState::kForward}, TrainingState::kIdle);
+  }
   if (last && !is_root_ && settings_.reshard_after_forward) {
     if (settings_.post_forward_group > 0) {
       reshard_post_forward();
@@ -387,8 +410,10 @@ at::Tensor FSDPUnit::post_forward(at::Tensor output) {
 // ---- backward ----------------------------------------------------------------------------
 
 void FSDPUnit::pre_backward() {
-  if (in_backward_) return;  // an output used twice fires twice
-  in_backward_ = true;
+  if (training_state_ == TrainingState::kPreBackward || training_state_ == TrainingState::kPostBackward) {
+    return;  // an output used twice fires twice
+  }
+  enter({TrainingState::kIdle}, TrainingState::kPreBackward);
   forwards_done_ = 0;
   backward_started_ = platform::TraceRecorder::Clock::now();
   unshard();
@@ -411,12 +436,13 @@ void FSDPUnit::pre_backward() {
 }
 
 void FSDPUnit::on_grad_ready(size_t index) {
-  if (!in_backward_) return;
+  if (training_state_ != TrainingState::kPreBackward) return;
   if (index < params_.size()) {
     if (params_[index].grad_ready) return;
     params_[index].grad_ready = true;
   }
   if (++grads_ready_ < grads_needed_) return;
+  enter({TrainingState::kPreBackward}, TrainingState::kPostBackward);
   if (trace_) trace_->span("backward " + label_, "compute", backward_started_, platform::TraceRecorder::Clock::now());
   if (settings_.requires_gradient_sync) issue_reduce_scatter();
   // Its gradients are complete, so no later backward step reads its parameters.
@@ -447,8 +473,12 @@ void FSDPUnit::issue_reduce_scatter() {
   }
 }
 
+bool FSDPUnit::in_backward() const {
+  return training_state_ == TrainingState::kPreBackward || training_state_ == TrainingState::kPostBackward;
+}
+
 void FSDPUnit::finish_reduce_scatter() {
-  if (!in_backward_ || !settings_.requires_gradient_sync) return;
+  if (!in_backward() || !settings_.requires_gradient_sync) return;
   if (pending_reduce_.empty()) issue_reduce_scatter();  // some parameters got no gradient
   for (auto& h : pending_reduce_) h.wait();
   pending_reduce_.clear();
@@ -457,8 +487,8 @@ void FSDPUnit::finish_reduce_scatter() {
 }
 
 void FSDPUnit::finish_backward() {
-  if (!in_backward_) return;
-  in_backward_ = false;
+  if (!in_backward()) return;
+  enter({TrainingState::kPreBackward, TrainingState::kPostBackward}, TrainingState::kIdle);
   if (!settings_.requires_gradient_sync) {
     accumulating_ = true;  // keep the full gradients; the next synced backward reduces the sum
     if (settings_.reshard_after_backward && !is_root_) reshard();

@@ -20,6 +20,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function.h>
 
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -102,6 +103,7 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   void finish_backward();
 
   UnitState state() const { return state_; }
+  TrainingState training_state() const { return training_state_; }
   bool is_root() const { return is_root_; }
   UnitSettings& settings() { return settings_; }
   const std::vector<ShardedParam>& params() const { return params_; }
@@ -127,6 +129,9 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   void load_full(size_t i, const at::Tensor& full);
 
  private:
+  // The asserted transition of training_state_ (a logic_error names the unit otherwise).
+  void enter(std::initializer_list<TrainingState> from, TrainingState to);
+  bool in_backward() const;  // PRE_BACKWARD or POST_BACKWARD
   int64_t shard_version() const;
   // Waits for an all-gather in flight and frees its result (it is not used).
   void drop_pending_gather();
@@ -183,7 +188,7 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
   size_t grads_needed_ = 0;
   size_t grads_ready_ = 0;
-  bool in_backward_ = false;
+  TrainingState training_state_ = TrainingState::kIdle;
   bool accumulating_ = false;  // unsharded_grad_ holds gradients of unsynced backwards
 
   bool is_root_ = false;

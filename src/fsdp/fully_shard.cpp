@@ -122,6 +122,7 @@ FSDPModule fully_shard(const std::vector<torch::nn::Module*>& modules, const Ful
   return FSDPModule(unit);
 }
 
+TrainingState FSDPModule::training_state() const { return unit_->training_state(); }
 UnitState FSDPModule::state() const { return unit_->state(); }
 UnshardHandle FSDPModule::unshard() {
   unit_->unshard_async();

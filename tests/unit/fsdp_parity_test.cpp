@@ -227,7 +227,10 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
       // ...and prefetching really happens: the current unit plus `depth` ahead.
       EXPECT_GE(root.max_live_unsharded_units(), std::min<int>(1 + run.prefetch_depth, kLayers)) << "step " << s;
     }
-    for (auto& u : units) EXPECT_EQ(u.state(), fsdp::UnitState::kSharded);
+    for (auto& u : units) {
+      EXPECT_EQ(u.state(), fsdp::UnitState::kSharded);
+      EXPECT_EQ(u.training_state(), fsdp::TrainingState::kIdle);
+    }
   }
 
   // Ignored and replicated parameters stay whole on every rank.
@@ -539,6 +542,35 @@ TEST(FsdpShards, TraceRecordsComputeAndCollectivesOfEveryUnit) {
     // 4 units: forward + backward each; 2 all-gathers per block + 1 for the root, 4
     // reduce-scatters: each with a comm span and a wait span.
     EXPECT_EQ(trace->size(), 8u + 2u * (7u + 4u));
+  });
+}
+
+// The training state of the units through one step: FORWARD only inside forward, the root in
+// PRE_BACKWARD as soon as its output's gradient arrives (a block not yet), every unit IDLE
+// after the backward.
+TEST(FsdpShards, TrainingStatesFollowTheStep) {
+  testing::run_on_ranks(2, [](testing::RankContext& ctx) {
+    auto model = make_model();
+    fsdp::FullyShardOptions options;
+    options.mesh = mesh::init_device_mesh(ctx.world, "cpu", {2}, {"dp_shard"});
+    std::vector<fsdp::FSDPModule> blocks;
+    for (auto& block : model->blocks) blocks.push_back(fsdp::fully_shard(*block, options));
+    fsdp::FSDPModule root = fsdp::fully_shard(*model, options);
+    auto [tokens, targets] = global_batch(0);
+    at::Tensor logits = model->forward(tokens);
+    EXPECT_EQ(root.training_state(), fsdp::TrainingState::kIdle);
+    EXPECT_EQ(blocks[0].training_state(), fsdp::TrainingState::kIdle);
+    std::vector<fsdp::TrainingState> seen;
+    logits.register_hook([&](const at::Tensor&) {
+      seen = {root.training_state(), blocks.back().training_state()};
+    });
+    at::cross_entropy_loss(logits.reshape({-1, kVocab}), targets.reshape({-1})).backward();
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_EQ(seen[0], fsdp::TrainingState::kPreBackward);
+    EXPECT_EQ(seen[1], fsdp::TrainingState::kIdle);
+    for (auto& u : blocks) EXPECT_EQ(u.training_state(), fsdp::TrainingState::kIdle);
+    EXPECT_EQ(root.training_state(), fsdp::TrainingState::kIdle);
+    EXPECT_STREQ(fsdp::to_string(fsdp::TrainingState::kPostBackward), "POST_BACKWARD");
   });
 }
 

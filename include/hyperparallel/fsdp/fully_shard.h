@@ -106,6 +106,13 @@ struct ShardedTensor {
 enum class UnitState { kSharded, kUnsharded, kShardedPostForward };
 const char* to_string(UnitState state);
 
+// Where a unit is in a training step (docs/fsdp.md "States"): IDLE -> FORWARD (pre-forward
+// to post-forward) -> IDLE -> PRE_BACKWARD (its outputs' gradients arrived, its parameters'
+// are accumulating) -> POST_BACKWARD (its gradients are complete and being reduced) -> IDLE
+// (the root's end of backward).
+enum class TrainingState { kIdle, kForward, kPreBackward, kPostBackward };
+const char* to_string(TrainingState state);
+
 class FSDPUnit;  // src/fsdp/fsdp_unit.h
 
 // An all-gather issued by FSDPModule::unshard(); the unit's parameters are full after wait().
@@ -123,6 +130,7 @@ class FSDPModule {
  public:
   explicit FSDPModule(std::shared_ptr<FSDPUnit> unit) : unit_(std::move(unit)) {}
   UnitState state() const;
+  TrainingState training_state() const;
   UnshardHandle unshard();  // issue the all-gather now; wait() on the handle to use the parameters
   void reshard();  // free the full parameters
 
