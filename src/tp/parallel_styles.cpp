@@ -96,7 +96,9 @@ void record_replicated(torch::nn::Module& module, const std::string& path, const
 
 class ColwiseHook : public nn::ForwardHook {
  public:
-  ColwiseHook(ColwiseParallel style, std::shared_ptr<TensorParallelContext> ctx) : style_(style), ctx_(std::move(ctx)) {}
+  // `out_features`: the whole output width, for gathering a Replicate output.
+  ColwiseHook(ColwiseParallel style, int64_t out_features, std::shared_ptr<TensorParallelContext> ctx)
+      : style_(style), out_features_(out_features), ctx_(std::move(ctx)) {}
   at::Tensor around(const at::Tensor& x, const nn::Forward& next) override {
     at::Tensor in = x;
     if (style_.input_layout.is_shard()) {
@@ -110,10 +112,10 @@ class ColwiseHook : public nn::ForwardHook {
     }
     return y;
   }
-  int64_t out_features_ = -1;
 
  private:
   ColwiseParallel style_;
+  int64_t out_features_;
   std::shared_ptr<TensorParallelContext> ctx_;
 };
 
@@ -244,8 +246,7 @@ void ColwiseParallel::apply(torch::nn::Module& module, const std::string& path, 
     throw UserError("tensor parallel plan: ColwiseParallel on '" + path + "': output layout " + output_layout.to_string() +
                     " is not supported; use Shard(-1) (local features) or Replicate()");
   }
-  auto hook = std::make_shared<ColwiseHook>(*this, ctx);
-  hook->out_features_ = linear.weight.size(0);
+  auto hook = std::make_shared<ColwiseHook>(*this, linear.weight.size(0), ctx);
   shard_parameter(linear.weight, 0, path + ".weight", *ctx, layouts);
   if (linear.bias.defined()) shard_parameter(linear.bias, 0, path + ".bias", *ctx, layouts);
   nn::add_forward_hook(module, std::move(hook));

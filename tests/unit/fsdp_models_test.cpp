@@ -28,6 +28,24 @@ void shard_model(models::CausalLM& model, const testing::RankContext& ctx) {
   fsdp::fully_shard(model, options);
 }
 
+// Loads `model` from `checkpoint` through a box reader that counts what this rank asks for,
+// expects exactly its local elements and the gathered model to equal the file; returns the
+// elements read.
+int64_t expect_loads_exactly_its_boxes(models::CausalLM& model, io::HfCheckpoint& checkpoint) {
+  int64_t elements_read = 0;
+  fsdp::load_parameters(model, [&](const std::string& name, const dtensor::Box& box) {
+    at::Tensor piece = checkpoint.read_box(name, box.offsets, box.lengths);
+    elements_read += piece.numel();
+    return piece;
+  });
+  int64_t local_numel = 0;
+  for (const auto& p : model.parameters()) local_numel += p.numel();
+  EXPECT_EQ(elements_read, local_numel);  // exactly this rank's pieces, nothing more
+  const auto full = fsdp::full_state_dict(model);
+  for (const auto& name : checkpoint.names()) EXPECT_TRUE(at::equal(full.at(name), checkpoint.read(name))) << name;
+  return elements_read;
+}
+
 void expect_sharded_load_matches(testing::RankContext& ctx, const std::string& arch) {
   SCOPED_TRACE(arch);
   const std::string dir = kFixtures + "/" + arch;
@@ -36,27 +54,16 @@ void expect_sharded_load_matches(testing::RankContext& ctx, const std::string& a
   auto model = models::AutoModelForCausalLM::from_pretrained(dir, deferred);
   shard_model(*model, ctx);
 
-  // Load through a reader that records what this rank asked for.
+  // Each rank reads only its rows; every tensor equals the file, and the sharded model
+  // reproduces transformers' numbers.
   io::HfCheckpoint checkpoint(dir);
-  int64_t elements_read = 0, elements_total = 0;
+  int64_t elements_total = 0;
   for (const auto& name : checkpoint.names()) {
     int64_t numel = 1;
     for (int64_t d : checkpoint.entry(name).shape) numel *= d;
     elements_total += numel;
   }
-  fsdp::load_parameters(*model, [&](const std::string& name, const dtensor::Box& box) {
-    at::Tensor rows = checkpoint.read_box(name, box.offsets, box.lengths);
-    elements_read += rows.numel();
-    return rows;
-  });
-  int64_t local_numel = 0;
-  for (const auto& p : model->parameters()) local_numel += p.numel();
-  EXPECT_EQ(elements_read, local_numel);  // exactly this rank's shards, nothing more
-  EXPECT_LT(elements_read, elements_total * 2 / ctx.world_size + 4096);
-
-  // Every tensor equals the file, and the sharded model reproduces transformers' numbers.
-  const auto full = fsdp::full_state_dict(*model);
-  for (const auto& name : checkpoint.names()) EXPECT_TRUE(at::equal(full.at(name), checkpoint.read(name))) << name;
+  EXPECT_LT(expect_loads_exactly_its_boxes(*model, checkpoint), elements_total * 2 / ctx.world_size + 4096);
   io::SafetensorsFile golden(dir + "/golden.safetensors");
   models::CausalLMInput in;
   in.input_ids = golden.read("input_ids_case1");
@@ -105,17 +112,7 @@ TEST(FsdpModels, TensorParallelRanksLoadOnlyTheirBoxesAndMatchTransformers) {
       for (auto* layer : model->decoder_layers()) fsdp::fully_shard(*layer, shard);
       fsdp::fully_shard(*model, shard);
       io::HfCheckpoint checkpoint(dir);
-      int64_t elements_read = 0;
-      fsdp::load_parameters(*model, [&](const std::string& name, const dtensor::Box& box) {
-        at::Tensor piece = checkpoint.read_box(name, box.offsets, box.lengths);
-        elements_read += piece.numel();
-        return piece;
-      });
-      int64_t local_numel = 0;
-      for (const auto& p : model->parameters()) local_numel += p.numel();
-      EXPECT_EQ(elements_read, local_numel);
-      const auto full = fsdp::full_state_dict(*model);
-      for (const auto& name : checkpoint.names()) EXPECT_TRUE(at::equal(full.at(name), checkpoint.read(name))) << name;
+      expect_loads_exactly_its_boxes(*model, checkpoint);
       io::SafetensorsFile golden(dir + "/golden.safetensors");
       models::CausalLMInput in;
       in.input_ids = golden.read("input_ids_case1");
