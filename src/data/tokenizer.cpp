@@ -21,6 +21,16 @@ using Json = nlohmann::json;
 
 namespace {
 
+// A token id from tokenizer.json: a non-negative integer (nlohmann converts a float such as
+// 2.3e45 to int64 with undefined behaviour, so it is refused by name first).
+int64_t token_id(const Json& v, const std::string& path, const std::string& what) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) ||
+      v.get<int64_t>() < 0) {
+    throw UserError(path + ": " + what + " is " + v.dump() + ", not a token id (a non-negative integer)");
+  }
+  return v.get<int64_t>();
+}
+
 // One regex compiled with Oniguruma's default (Ruby) syntax on UTF-8, as the reference does.
 class OnigRegex {
  public:
@@ -199,7 +209,7 @@ Tokenizer Tokenizer::from_file(const std::string& path_or_dir) {
     const Json& m = j.at("model");
     if (m.value("type", "") != "BPE") throw UserError(path + ": model type '" + m.value("type", "?") + "' is not supported (BPE is)");
     std::unordered_map<std::string, int64_t> vocab;
-    for (auto it = m.at("vocab").begin(); it != m.at("vocab").end(); ++it) vocab.emplace(it.key(), it.value().get<int64_t>());
+    for (auto it = m.at("vocab").begin(); it != m.at("vocab").end(); ++it) vocab.emplace(it.key(), token_id(it.value(), path, "vocab entry '" + it.key() + "'"));
     std::vector<std::pair<std::string, std::string>> merges;
     merges.reserve(m.at("merges").size());
     for (const auto& merge : m.at("merges")) {
@@ -295,7 +305,7 @@ Tokenizer Tokenizer::from_file(const std::string& path_or_dir) {
     // Added tokens.
     for (const auto& a : j.value("added_tokens", Json::array())) {
       const std::string content = a.at("content").get<std::string>();
-      const int64_t id = a.at("id").get<int64_t>();
+      const int64_t id = token_id(a.at("id"), path, "added token id");
       if (content.empty()) continue;
       if (a.value("lstrip", false) || a.value("rstrip", false) || a.value("single_word", false) || a.value("normalized", false)) {
         throw UserError(path + ": added token '" + content + "' uses lstrip/rstrip/single_word/normalized, not supported yet");

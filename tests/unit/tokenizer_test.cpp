@@ -84,6 +84,12 @@ TEST(Tokenizer, MalformedFilesFailWithTheFileNamed) {
   EXPECT_NE(error_of("{" + bpe + R"(, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(["}, "behavior": "Isolated"}})")
                 .find("regex does not compile"),
             std::string::npos);
+  // A float id (found by the fuzzer: converting 2.33e45 to int64 is undefined) or a negative one.
+  EXPECT_NE(error_of(R"({"model": {"type": "BPE", "vocab": {"a": 2.33e45}, "merges": []}})")
+                .find("vocab entry 'a' is 2.33e+45, not a token id"),
+            std::string::npos);
+  EXPECT_NE(error_of("{" + bpe + R"(, "added_tokens": [{"id": -4, "content": "<s>"}]})").find("added token id is -4, not a token id"),
+            std::string::npos);
   EXPECT_THROW(hp::data::Tokenizer::from_file(dir + "/nonexistent.json"), hp::UserError);
   // A minimal valid one: merges apply; without a decoder, decode joins tokens with spaces.
   std::ofstream(dir + "/tokenizer.json", std::ios::trunc) << "{" + bpe + "}";
