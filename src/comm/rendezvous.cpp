@@ -15,6 +15,7 @@
 
 #include "group_registry.h"
 #include "socket_store.h"
+#include "hyperparallel/launch/free_port.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel::comm {
@@ -116,7 +117,8 @@ Store make_store(const RendezvousInfo& info, const CommOptions& options) {
   if (info.rank == 0) {
     // Bind exactly the master address: 127.0.0.1 for a local job, never every interface.
     store.server = std::make_shared<StoreServer>(is_loopback(info.master_addr) ? "127.0.0.1" : info.master_addr,
-                                                 info.master_port);
+                                                 info.master_port, info.store_listen_fd);
+    unsetenv(launch::kStoreListenFdVar);  // served now; a later group in this process binds its own
   }
   try {
     store.client = c10::make_intrusive<SocketStore>(info.master_addr, info.master_port, options.rendezvous_timeout);
@@ -172,7 +174,9 @@ EnvLookup process_environment() {
   };
 }
 
-RendezvousInfo rendezvous_info_from_env(const EnvLookup& env) {
+namespace {
+
+RendezvousInfo read_launcher_environment(const EnvLookup& env) {
   RendezvousInfo info;
   if (env("RANK") || env("WORLD_SIZE")) {
     if (!env("RANK") || !env("WORLD_SIZE")) {
@@ -196,6 +200,20 @@ RendezvousInfo rendezvous_info_from_env(const EnvLookup& env) {
     check_ranks(info, "SLURM_PROCID", "SLURM_NTASKS");
     read_master(env, info, nodes == 1);
     return info;
+  }
+  return info;
+}
+
+}  // namespace
+
+RendezvousInfo rendezvous_info_from_env(const EnvLookup& env) {
+  RendezvousInfo info = read_launcher_environment(env);
+  if (info.rank == 0 && env(launch::kStoreListenFdVar)) {
+    // Not the user's to set; a value that is not a descriptor is simply not used.
+    const std::string text = *env(launch::kStoreListenFdVar);
+    char* end = nullptr;
+    const long fd = std::strtol(text.c_str(), &end, 10);
+    if (!text.empty() && *end == '\0' && fd >= 0 && fd < 1'000'000) info.store_listen_fd = static_cast<int>(fd);
   }
   return info;
 }

@@ -1,6 +1,7 @@
 #include "socket_store.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -133,8 +134,29 @@ std::string text_of(const sockaddr_in& addr) {
 
 // ---- server ----------------------------------------------------------------------------
 
-StoreServer::StoreServer(const std::string& host, int port) : port_(port) {
-  sockaddr_in addr = resolve(host, port);
+StoreServer::StoreServer(const std::string& host, int port, int listening_fd) : port_(port) {
+  if (!adopt(listening_fd)) bind_and_listen(host);
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+bool StoreServer::adopt(int listening_fd) {
+  if (listening_fd < 0) return false;
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  int listening = 0;
+  socklen_t flag_len = sizeof(listening);
+  const bool usable = getsockname(listening_fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
+                      addr.sin_family == AF_INET && ntohs(addr.sin_port) == port_ &&
+                      getsockopt(listening_fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &flag_len) == 0 && listening;
+  if (!usable) return false;  // not the socket the launcher meant; not ours to close
+  fcntl(listening_fd, F_SETFD, FD_CLOEXEC);
+  listen_fd_ = listening_fd;
+  bound_address_ = text_of(addr);
+  return true;
+}
+
+void StoreServer::bind_and_listen(const std::string& host) {
+  sockaddr_in addr = resolve(host, port_);
   bound_address_ = text_of(addr);
   listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw std::runtime_error("store: socket() failed");
@@ -143,19 +165,20 @@ StoreServer::StoreServer(const std::string& host, int port) : port_(port) {
   if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     const int err = errno;
     close(listen_fd_);
-    const std::string where = bound_address_ + ":" + std::to_string(port);
-    if (err == EADDRINUSE) throw UserError("port " + std::to_string(port) + " on " + bound_address_ + " is in use; set MASTER_PORT to a free port");
+    const std::string port = std::to_string(port_);
+    if (err == EADDRINUSE) throw UserError("port " + port + " on " + bound_address_ + " is in use; set MASTER_PORT to a free port");
     if (err == EADDRNOTAVAIL) {
       throw UserError("MASTER_ADDR " + host + " (" + bound_address_ +
                       ") is not an address of this host; rank 0 runs the store there, so set MASTER_ADDR to rank 0's address");
     }
-    throw UserError("cannot bind the rendezvous store to " + where + ": " + std::strerror(err));
+    throw UserError("cannot bind the rendezvous store to " + bound_address_ + ":" + port + ": " + std::strerror(err));
   }
-  if (listen(listen_fd_, 1024) != 0) {
+  socklen_t len = sizeof(addr);
+  if (listen(listen_fd_, 1024) != 0 || getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     close(listen_fd_);
     throw std::runtime_error("store: listen() failed");
   }
-  acceptor_ = std::thread([this] { accept_loop(); });
+  port_ = ntohs(addr.sin_port);
 }
 
 StoreServer::~StoreServer() {

@@ -26,8 +26,10 @@ namespace hyperparallel::comm {
 class StoreServer {
  public:
   // Binds host:port (an IPv4 address or a name that resolves to one of this host's
-  // addresses); throws UserError with the fix when it cannot.
-  StoreServer(const std::string& host, int port);
+  // addresses; port 0: the kernel picks, see port()); throws UserError with the fix when it
+  // cannot. listening_fd: a socket already listening on port (handed down by the launcher,
+  // launch/free_port.h) to serve instead; when it is not one, host:port is bound.
+  StoreServer(const std::string& host, int port, int listening_fd = -1);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -36,6 +38,8 @@ class StoreServer {
   int port() const { return port_; }
 
  private:
+  bool adopt(int listening_fd);
+  void bind_and_listen(const std::string& host);
   void accept_loop();
   void serve(int fd);
 

@@ -6,25 +6,65 @@
 #include <unistd.h>
 
 #include <stdexcept>
+#include <utility>
 
 namespace hyperparallel::launch {
+namespace {
+
+// Binds addr (port 0: the kernel picks) and returns the port, or -1.
+int bind_and_name(int fd, sockaddr_in addr) {
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
+  return ntohs(addr.sin_port);
+}
+
+sockaddr_in loopback_any_port() {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return addr;
+}
+
+}  // namespace
 
 int find_free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw std::runtime_error("cannot create a socket to find a free port");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
+  const int port = bind_and_name(fd, loopback_any_port());
   close(fd);
   if (port <= 0) throw std::runtime_error("cannot find a free TCP port on 127.0.0.1");
   return port;
+}
+
+ReservedPort ReservedPort::on(const std::string& host) {
+  sockaddr_in addr = loopback_any_port();
+  if (host != "localhost" && inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return {};
+  if ((ntohl(addr.sin_addr.s_addr) >> 24) == 127) addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ReservedPort reserved;
+  reserved.fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (reserved.fd_ < 0) return {};
+  const int one = 1;
+  setsockopt(reserved.fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  reserved.port_ = bind_and_name(reserved.fd_, addr);
+  if (reserved.port_ <= 0 || listen(reserved.fd_, 1024) != 0) return {};
+  return reserved;
+}
+
+ReservedPort::ReservedPort(ReservedPort&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), port_(std::exchange(other.port_, 0)) {}
+
+ReservedPort& ReservedPort::operator=(ReservedPort&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    port_ = std::exchange(other.port_, 0);
+  }
+  return *this;
+}
+
+ReservedPort::~ReservedPort() {
+  if (fd_ >= 0) close(fd_);
 }
 
 }  // namespace hyperparallel::launch

@@ -87,7 +87,8 @@ bool relay(OutputStream& s, const std::string& prefix, bool flush_partial) {
   return open;
 }
 
-std::vector<std::string> child_environment(const LaunchSpec& spec, int rank, int local_rank, int port) {
+std::vector<std::string> child_environment(const LaunchSpec& spec, int rank, int local_rank, int port,
+                                           int store_listen_fd) {
   std::map<std::string, std::string> set = {
       {"RANK", std::to_string(rank)},
       {"WORLD_SIZE", std::to_string(spec.nproc_per_node * spec.nnodes)},
@@ -105,11 +106,13 @@ std::vector<std::string> child_environment(const LaunchSpec& spec, int rank, int
     if (!std::getenv(var)) set[var] = share;
   }
   for (const auto& [k, v] : spec.extra_env) set[k] = v;
+  if (store_listen_fd >= 0) set[kStoreListenFdVar] = std::to_string(store_listen_fd);
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     const std::string entry(*e);
     const std::string key = entry.substr(0, entry.find('='));
-    if (!set.count(key)) env.push_back(entry);
+    // A socket handed to this process by an outer launcher is not its children's.
+    if (!set.count(key) && key != kStoreListenFdVar) env.push_back(entry);
   }
   for (const auto& [k, v] : set) env.push_back(k + "=" + v);
   return env;
@@ -135,7 +138,9 @@ void validate(const LaunchSpec& spec) {
   }
 }
 
-pid_t spawn(const LaunchSpec& spec, const std::vector<std::string>& env, Child& child) {
+// inherit_fd: a descriptor the child keeps across exec (-1: none); every other one of the
+// launcher's descriptors is close-on-exec.
+pid_t spawn(const LaunchSpec& spec, const std::vector<std::string>& env, int inherit_fd, Child& child) {
   int out[2], err[2];
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
     throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
@@ -161,6 +166,7 @@ pid_t spawn(const LaunchSpec& spec, const std::vector<std::string>& env, Child& 
     sigprocmask(SIG_SETMASK, &none, nullptr);
     dup2(out[1], 1);
     dup2(err[1], 2);
+    if (inherit_fd >= 0) fcntl(inherit_fd, F_SETFD, 0);
     environ = envp.data();
     execvp(argv[0], argv.data());
     const char* msg = "hyperparallel run: cannot execute the command: ";
@@ -190,7 +196,12 @@ std::string RankOutcome::describe() const {
 LaunchResult launch_ranks(const LaunchSpec& spec_in) {
   LaunchSpec spec = spec_in;
   validate(spec);
-  if (spec.master_port == 0) spec.master_port = find_free_port();
+  // A port the launcher picks stays bound until rank 0 serves it (see free_port.h).
+  ReservedPort reserved;
+  if (spec.master_port == 0) {
+    reserved = ReservedPort::on(spec.master_addr);
+    spec.master_port = reserved.fd() >= 0 ? reserved.port() : find_free_port();
+  }
 
   struct sigaction action {}, old_int{}, old_term{}, old_pipe{};
   action.sa_handler = on_launcher_signal;
@@ -207,9 +218,11 @@ LaunchResult launch_ranks(const LaunchSpec& spec_in) {
   for (int local = 0; local < spec.nproc_per_node; ++local) {
     Child& c = children[local];
     c.outcome.rank = spec.node_rank * spec.nproc_per_node + local;
-    c.outcome.pid = spawn(spec, child_environment(spec, c.outcome.rank, local, spec.master_port), c);
+    const int store_fd = c.outcome.rank == 0 ? reserved.fd() : -1;
+    c.outcome.pid = spawn(spec, child_environment(spec, c.outcome.rank, local, spec.master_port, store_fd), store_fd, c);
     c.running = true;
   }
+  reserved = ReservedPort{};  // rank 0 holds the listening socket now
 
   const auto start = Clock::now();
   bool stopping = false;

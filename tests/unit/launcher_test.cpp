@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <regex>
 
 #include "support/subprocess.h"
@@ -32,6 +33,30 @@ TEST(Launcher, RanksGetTorchrunEnvironmentAndPrefixedOutput) {
   EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(\[rank 1\] r=1 w=2 l=1 lw=2 a=127\.0\.0\.1 p=[0-9]+)")))
       << r.output;
   EXPECT_NE(r.output.find("[rank 1] err"), std::string::npos) << r.output;
+}
+
+TEST(Launcher, APortTheLauncherPicksIsListeningBeforeRankZeroStarts) {
+  // Rank 0 inherits the listening socket (its descriptor in HP_STORE_LISTEN_FD), so no other
+  // process can take the port between the launcher picking it and rank 0's store serving it.
+  const std::string done = "/tmp/hp_launcher_test." + std::to_string(getpid());
+  const std::string script =
+      "hex=$(printf ':%04X ' $MASTER_PORT); "
+      "if grep -q \"$hex\" /proc/net/tcp; then echo listening; fi; "
+      "if [ -n \"$HP_STORE_LISTEN_FD\" ] && [ -S /proc/self/fd/$HP_STORE_LISTEN_FD ]; then echo socket; fi; "
+      "echo fd=$HP_STORE_LISTEN_FD.; "
+      // rank 0 holds the socket: it stays until rank 1 has looked
+      "if [ $RANK = 1 ]; then touch " + done + "; else for i in $(seq 200); do [ -e " + done + " ] && break; sleep 0.1; done; fi";
+  const auto r = run_subprocess(run_cli(2, script));
+  std::remove(done.c_str());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] listening"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] listening"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] socket"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] fd=."), std::string::npos) << r.output;  // rank 0's alone
+  // A port the user names is rank 0's to bind: nothing is handed down.
+  const auto named = run_subprocess({HP_CLI_PATH, "run", "--nproc-per-node", "1", "--master-port", "29517", "--", "sh",
+                                     "-c", "echo fd=$HP_STORE_LISTEN_FD."});
+  EXPECT_NE(named.output.find("[rank 0] fd=."), std::string::npos) << named.output;
 }
 
 TEST(Launcher, RanksShareTheCoresForOpenMpAndBlas) {

@@ -11,7 +11,6 @@
 
 #include "comm/peer_liveness.h"
 #include "comm/socket_store.h"
-#include "hyperparallel/launch/free_port.h"
 
 namespace hyperparallel {
 namespace {
@@ -48,7 +47,7 @@ struct Verdict {
 struct Store {
   std::unique_ptr<comm::StoreServer> server;
   int port = 0;
-  Store() : port(launch::find_free_port()) { server = std::make_unique<comm::StoreServer>("127.0.0.1", port); }
+  Store() : server(std::make_unique<comm::StoreServer>("127.0.0.1", 0)), port(server->port()) {}
   std::unique_ptr<PeerLiveness> rank(int r) const {
     return std::make_unique<PeerLiveness>(c10::make_intrusive<comm::SocketStore>("127.0.0.1", port, 5000ms),
                                           "127.0.0.1:" + std::to_string(port), r, kInterval);

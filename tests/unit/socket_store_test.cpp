@@ -46,8 +46,8 @@ std::vector<std::string> listening_addresses(int port) {
 }
 
 TEST(SocketStore, EveryOperation) {
-  const int port = launch::find_free_port();
-  StoreServer server("127.0.0.1", port);
+  StoreServer server("127.0.0.1", 0);
+  const int port = server.port();
   SocketStore a("127.0.0.1", port, std::chrono::seconds(5));
   SocketStore b("127.0.0.1", port, std::chrono::seconds(5));
   a.set("k", bytes("v1"));
@@ -73,8 +73,8 @@ TEST(SocketStore, EveryOperation) {
 }
 
 TEST(SocketStore, MissingKeysTimeOutWithAMessage) {
-  const int port = launch::find_free_port();
-  StoreServer server("127.0.0.1", port);
+  StoreServer server("127.0.0.1", 0);
+  const int port = server.port();
   SocketStore a("127.0.0.1", port, std::chrono::milliseconds(300));
   try {
     a.get("never");
@@ -86,8 +86,8 @@ TEST(SocketStore, MissingKeysTimeOutWithAMessage) {
 }
 
 TEST(SocketStore, AHostileClientDoesNotHurtTheServer) {
-  const int port = launch::find_free_port();
-  StoreServer server("127.0.0.1", port);
+  StoreServer server("127.0.0.1", 0);
+  const int port = server.port();
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -107,8 +107,8 @@ TEST(SocketStore, AHostileClientDoesNotHurtTheServer) {
 }
 
 TEST(SocketStore, ServerBindsOnlyTheMasterAddress) {
-  const int port = launch::find_free_port();
-  StoreServer server("127.0.0.1", port);
+  StoreServer server("127.0.0.1", 0);
+  const int port = server.port();
   EXPECT_EQ(listening_addresses(port), std::vector<std::string>{"127.0.0.1"});
   try {
     StoreServer second("127.0.0.1", port);
@@ -116,6 +116,35 @@ TEST(SocketStore, ServerBindsOnlyTheMasterAddress) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("is in use; set MASTER_PORT to a free port"), std::string::npos) << e.what();
   }
+}
+
+TEST(SocketStore, ServesTheListeningSocketTheLauncherHandsDown) {
+  launch::ReservedPort reserved = launch::ReservedPort::on("127.0.0.1");
+  ASSERT_GE(reserved.fd(), 0);
+  // Bound and listening before any server exists: nobody else can take the port now.
+  EXPECT_EQ(listening_addresses(reserved.port()), std::vector<std::string>{"127.0.0.1"});
+  EXPECT_THROW(StoreServer("127.0.0.1", reserved.port()), UserError);
+  // A client may connect before the server is up; it waits in the backlog.
+  SocketStore early("127.0.0.1", reserved.port(), std::chrono::seconds(5));
+  StoreServer server("127.0.0.1", reserved.port(), dup(reserved.fd()));
+  EXPECT_EQ(server.port(), reserved.port());
+  early.set("k", bytes("v"));
+  EXPECT_EQ(early.get("k"), bytes("v"));
+}
+
+TEST(SocketStore, ADescriptorThatIsNotTheListeningSocketIsNotServed) {
+  launch::ReservedPort other = launch::ReservedPort::on("127.0.0.1");
+  ASSERT_GE(other.fd(), 0);
+  // A socket listening on another port, and a descriptor that is no socket at all: the
+  // server binds its own port and leaves the descriptor alone.
+  for (const int fd : {other.fd(), 0}) {
+    StoreServer server("127.0.0.1", 0, fd);
+    EXPECT_NE(server.port(), other.port());
+    SocketStore client("127.0.0.1", server.port(), std::chrono::seconds(5));
+    client.set("k", bytes("v"));
+    EXPECT_EQ(client.get("k"), bytes("v"));
+  }
+  EXPECT_EQ(listening_addresses(other.port()), std::vector<std::string>{"127.0.0.1"});
 }
 
 TEST(SocketStore, ALocalJobsStoreListensOnLoopbackOnly) {

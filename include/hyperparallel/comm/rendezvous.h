@@ -28,6 +28,9 @@ struct RendezvousInfo {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string source = "single process";  // "torchrun", "Open MPI", "Slurm", "single process"
+  // Rank 0 only: the listening socket our launcher bound for master_port and handed down
+  // (launch/free_port.h); -1 when rank 0 binds the port itself.
+  int store_listen_fd = -1;
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
