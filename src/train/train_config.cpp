@@ -186,6 +186,7 @@ const std::vector<KeyDef>& key_table() {
         {{"warmup_ratio", "float in [0, 1)", "0.0", "warmup steps as a fraction of all steps (when warmup_steps is 0)"}, fraction(&C::warmup_ratio, false)},
         {{"warmup_steps", "int >= 0", "0", "linear warmup steps; overrides warmup_ratio when > 0"}, int_at_least(&C::warmup_steps, 0)},
         {{"bf16", "bool", "false", "compute in bfloat16 (parameters all-gathered in bf16, fp32 masters and reductions)"}, boolean(&C::bf16)},
+        {{"fp16", "bool", "false", "float16 compute is not supported (no fast fp16 kernels on CPU, and fp16 needs loss scaling); use bf16"}, boolean(&C::fp16)},
         {{"seed", "int >= 0", "42", "model initialisation (debug flavours) and data order"}, int_at_least(&C::seed, 0)},
         {{"resume_from_checkpoint", "string", "\"\"", "a checkpoint folder, or latest (the newest complete one in output_dir)"}, text(&C::resume_from_checkpoint)},
         // processes
@@ -304,6 +305,7 @@ void check_combinations(const TrainConfig& c) {
   require(c.stage == "sft", "stage: pt is not supported yet; use stage: sft");
   require(c.finetuning_type == "full", "finetuning_type: " + c.finetuning_type + " is not supported yet; use finetuning_type: full");
   require(c.use_hyper_parallel, "use_hyper_parallel: false selects another backend in LlamaFactory; hyperparallel train always runs this one, so drop the key or set it true");
+  require(!c.fp16, "fp16: true is not supported: CPU kernels have no fast float16 matmul and float16 training needs loss scaling; use bf16: true (same memory, fp32's range)");
   require(!c.validate_placement, "model.validate_placement is reserved (DTensor validation mode) and not supported yet; remove it or set it false");
   if (c.do_train) {
     require(!c.dataset.empty(), "dataset is required to train: names from dataset_dir/dataset_info.json or a built-in one (synthetic_reverse, synthetic_addition)");

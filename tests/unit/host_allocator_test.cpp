@@ -2,6 +2,9 @@
 // small ones go to LibTorch's allocator, and the cache can be emptied.
 #include <gtest/gtest.h>
 
+#include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
+
 #include "hyperparallel/platform/host_allocator.h"
 
 namespace hp = hyperparallel;
@@ -31,4 +34,25 @@ TEST(HostAllocator, ReusesLargeBlocksAndLeavesSmallOnesAlone) {
   EXPECT_EQ(CachingHostAllocator::stats().misses, misses);
   CachingHostAllocator::release_cached();
   EXPECT_EQ(CachingHostAllocator::stats().cached_bytes, 0u);
+}
+
+// c10's raw interface keeps only the data pointer (oneDNN's bf16 matmul allocates its scratch
+// this way): both a cached block and a small default-allocator block free from it alone.
+TEST(HostAllocator, RawAllocationsFreeFromTheirPointerAlone) {
+  CachingHostAllocator::install();
+  c10::Allocator* allocator = c10::GetCPUAllocator();
+  ASSERT_NE(allocator->raw_deleter(), nullptr);
+  CachingHostAllocator::release_cached();
+  const auto before = CachingHostAllocator::stats();
+  void* large = allocator->raw_allocate(3u << 20);
+  void* small = allocator->raw_allocate(64);
+  EXPECT_EQ(CachingHostAllocator::stats().live_bytes, before.live_bytes + (4u << 20));
+  allocator->raw_deallocate(large);
+  allocator->raw_deallocate(small);
+  EXPECT_EQ(CachingHostAllocator::stats().live_bytes, before.live_bytes);
+  EXPECT_EQ(CachingHostAllocator::stats().cached_bytes, 4u << 20);
+  // A bf16 matmul large enough for oneDNN's scratch, as the trainer's bf16 steps run it.
+  const at::Tensor a = at::ones({512, 512}, at::kBFloat16), b = at::ones({512, 512}, at::kBFloat16);
+  EXPECT_EQ(at::matmul(a, b).to(at::kFloat).mean().item<float>(), 512.0f);
+  EXPECT_EQ(at::linear(a, b).to(at::kFloat).mean().item<float>(), 512.0f);
 }

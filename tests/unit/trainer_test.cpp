@@ -216,6 +216,49 @@ TEST(Trainer, ExportAndGenerateFromTheCommandLine) {
   fs::remove_all(dir);
 }
 
+// bf16 through the command line, which installs the caching host allocator (oneDNN's bf16
+// matmul frees its scratch through the allocator's raw interface): FSDP mixed precision on
+// 2 ranks tracks the fp32 run, and the checkpoint exports and generates. fp16 is refused.
+TEST(Trainer, Bf16TrainsExportsAndGeneratesFromTheCommandLine) {
+  const std::string dir = temp_dir("bf16");
+  fs::remove_all(dir);
+  const auto train = [&](const std::string& out, const std::string& bf16) {
+    return hp::testing::run_subprocess(
+        {HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--max_steps=6", "--logging_steps=1",
+         "--heldout_eval_samples=0", "--output_dir=" + out, "--nproc_per_node=2", "--fsdp_config.dp_shard_size=-1",
+         "--bf16=" + bf16, "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer"},
+        {std::chrono::seconds(180)});
+  };
+  const auto fp32 = train(dir + "/fp32", "false");
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  const auto bf16 = train(dir + "/bf16", "true");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  const auto want = logged_losses(dir + "/fp32"), got = logged_losses(dir + "/bf16");
+  ASSERT_EQ(got.size(), 6u);
+  ASSERT_EQ(want.size(), 6u);
+  double largest_gap = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 0.03 * want[i]) << "step " << i + 1;
+    largest_gap = std::max(largest_gap, std::abs(got[i] - want[i]));
+  }
+  EXPECT_GT(largest_gap, 0.0) << "bf16 compute must show in the losses";
+  EXPECT_LT(got.back(), got.front());
+  const std::string exported = dir + "/bf16/exported";
+  const auto ex = hp::testing::run_subprocess({HP_CLI_PATH, "export", dir + "/bf16/checkpoint-6", exported}, {});
+  ASSERT_EQ(ex.exit_code, 0) << ex.output;
+  const auto gen = hp::testing::run_subprocess(
+      {HP_CLI_PATH, "generate", "--model", exported, "--prompt", "Reverse the words: sun tree", "--max-new-tokens", "4"}, {});
+  EXPECT_EQ(gen.exit_code, 0) << gen.output;
+
+  const auto fp16 = hp::testing::run_subprocess(
+      {HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--fp16=true", "--output_dir=" + dir + "/fp16"}, {});
+  EXPECT_EQ(fp16.exit_code, 2) << fp16.output;
+  EXPECT_NE(fp16.output.find("fp16: true is not supported"), std::string::npos) << fp16.output;
+  EXPECT_NE(fp16.output.find("use bf16: true"), std::string::npos) << fp16.output;
+  EXPECT_FALSE(fs::exists(dir + "/fp16"));
+  fs::remove_all(dir);
+}
+
 TEST(Trainer, ProgressBarOnATerminalPlainLinesElsewhere) {
   std::ostringstream plain, terminal;
   for (auto* out : {&plain, &terminal}) {
