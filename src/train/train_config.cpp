@@ -110,6 +110,13 @@ Setter parallel_degree(int64_t AcceleratorConfig::*field) {
   return [=](TrainConfig& c, const std::string& k, const Value& v) { c.accelerator.*field = as_int(k, v, 1, "an integer >= 1"); };
 }
 
+void set_bf16(TrainConfig& c, const std::string& k, const Value& v) {
+  c.bf16_auto = v.node.IsScalar() && v.node.Scalar() == "auto";
+  bool on = false;
+  if (!c.bf16_auto && (!v.node.IsScalar() || !YAML::convert<bool>::decode(v.node, on))) bad_value(k, v, "true, false or auto");
+  c.bf16 = on;
+}
+
 void set_plan_overrides(TrainConfig& c, const std::string& k, const Value& v) {
   if (!v.node.IsSequence()) bad_value(k, v, "a list of {match, module_type, replace_module}");
   c.plan_overrides.clear();
@@ -185,7 +192,7 @@ const std::vector<KeyDef>& key_table() {
         {{"lr_scheduler_type", "linear | cosine | constant | constant_with_warmup", "linear", "learning-rate schedule after warmup"}, choice(&C::lr_scheduler_type, {"linear", "cosine", "constant", "constant_with_warmup"})},
         {{"warmup_ratio", "float in [0, 1)", "0.0", "warmup steps as a fraction of all steps (when warmup_steps is 0)"}, fraction(&C::warmup_ratio, false)},
         {{"warmup_steps", "int >= 0", "0", "linear warmup steps; overrides warmup_ratio when > 0"}, int_at_least(&C::warmup_steps, 0)},
-        {{"bf16", "bool", "false", "compute in bfloat16 (parameters all-gathered in bf16, fp32 masters and reductions)"}, boolean(&C::bf16)},
+        {{"bf16", "bool | auto", "false", "compute in bfloat16 (parameters all-gathered in bf16, fp32 masters and reductions); auto: bf16 where every rank's CPU has AVX512_BF16 or AMX-BF16, else fp32 (the log says which)"}, set_bf16},
         {{"fp16", "bool", "false", "float16 compute is not supported (no fast fp16 kernels on CPU, and fp16 needs loss scaling); use bf16"}, boolean(&C::fp16)},
         {{"seed", "int >= 0", "42", "model initialisation (debug flavours) and data order"}, int_at_least(&C::seed, 0)},
         {{"resume_from_checkpoint", "string", "\"\"", "a checkpoint folder, or latest (the newest complete one in output_dir)"}, text(&C::resume_from_checkpoint)},

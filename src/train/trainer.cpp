@@ -16,6 +16,7 @@
 #include "hyperparallel/mesh/device_mesh.h"
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/models/model_config.h"
+#include "hyperparallel/platform/cpu_features.h"
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/train/checkpoint.h"
 #include "hyperparallel/train/lr_schedule.h"
@@ -122,6 +123,24 @@ CheckpointInfo resume_checkpoint(const std::string& dir, const TrainConfig& c, c
   return info;
 }
 
+// `bf16: auto` becomes bf16 compute only when every rank's CPU has fast bf16 matmul (one
+// rank without it would slow the whole job, and all ranks must agree on the dtype).
+TrainConfig resolve_auto_choices(const TrainConfig& requested, comm::Communicator& world, std::ostream& log) {
+  TrainConfig c = requested;
+  if (!c.bf16_auto) return c;
+  const platform::CpuFeatures cpu = platform::cpu_features();
+  at::Tensor everyone = at::full({1}, cpu.fast_bf16() ? 1 : 0, at::kLong);
+  world.all_reduce(everyone, comm::ReduceOp::kMin).wait();
+  c.bf16 = everyone.item<int64_t>() == 1;
+  if (world.rank() == 0) {
+    log << "bf16: auto -> " << (c.bf16 ? "bf16 compute (every rank's CPU has AVX512_BF16 or AMX-BF16)"
+                                       : "fp32 compute (" + std::string(cpu.fast_bf16() ? "a rank's" : "this") +
+                                             " CPU has neither AVX512_BF16 nor AMX-BF16, where bf16 matmul is slower than fp32)")
+        << "\n";
+  }
+  return c;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -130,8 +149,10 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-TrainResult run_training(const TrainConfig& c, std::shared_ptr<comm::Communicator> world, std::ostream& log, bool progress_bar) {
+TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Communicator> world, std::ostream& log,
+                         bool progress_bar) {
   const bool leader = world->rank() == 0;
+  const TrainConfig c = resolve_auto_choices(requested, *world, log);
   check_heldout_config(c);
   prepare_output_dir(c, *world);
   TrainData data = prepare_train_data(c);

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "hyperparallel/platform/cpu_features.h"
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/train/train_config.h"
 #include "support/subprocess.h"
@@ -70,6 +71,24 @@ TEST(TrainConfig, CommandLineOverYamlOverDefaults) {
   EXPECT_FALSE(c.save_total_limit.has_value());
   EXPECT_EQ(c.lr_scheduler_type, "linear");  // default
   EXPECT_EQ(c.per_device_train_batch_size, 1);
+  const auto automatic = hp::train::load_train_config(path, {"bf16=auto"});
+  EXPECT_TRUE(automatic.bf16_auto);  // resolved by the trainer, from every rank's CPU
+  EXPECT_FALSE(automatic.bf16);
+  EXPECT_TRUE(hp::train::load_train_config(path, {"bf16=true"}).bf16);
+}
+
+// bf16: auto reads the kernel's flags: AVX512_BF16 or AMX-BF16 make bf16 fast.
+TEST(TrainConfig, CpuFlagsDecideWhetherBf16IsFast) {
+  const auto cpu = [](const std::string& flags) {
+    return hp::platform::parse_cpuinfo("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu " + flags +
+                                       " sse\n\nprocessor\t: 1\nflags\t\t: avx512_bf16 amx_bf16\n");
+  };
+  EXPECT_EQ(cpu("").model_name, "Some CPU");
+  EXPECT_FALSE(cpu("avx2 avx512f").fast_bf16());  // the second processor's flags are not read
+  EXPECT_TRUE(cpu("avx512f avx512_bf16").fast_bf16());
+  EXPECT_TRUE(cpu("amx_tile amx_bf16").fast_bf16());
+  EXPECT_FALSE(cpu("avx512_bf16x").fast_bf16());
+  EXPECT_FALSE(hp::platform::parse_cpuinfo("").fast_bf16());
 }
 
 // Each bad config: exit code 2 and one line that names the key (or the thing) at fault.
@@ -98,6 +117,8 @@ TEST(TrainConfig, BadConfigsFailWithExitCode2NamingTheKey) {
       {"seed: -3\n", "seed: '-3'"},
       {"lr_scheduler_type: cosin\n", "lr_scheduler_type: 'cosin' is not allowed; expected linear | cosine | constant | constant_with_warmup (did you mean 'cosine'?)"},
       {"packing: maybe\n", "packing: 'maybe' is not allowed; expected true or false"},
+      {"bf16: maybe\n", "bf16: 'maybe' is not allowed; expected true, false or auto"},
+      {"fp16: true\n", "fp16: true is not supported: CPU kernels have no fast float16 matmul"},
       {"bad_records: ignore\n", "bad_records: 'ignore'"},
       {"stage: pt\n", "stage: pt is not supported yet"},
       {"finetuning_type: lora\n", "finetuning_type: lora is not supported yet"},

@@ -11,6 +11,7 @@
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/models/causal_lm.h"
 #include "hyperparallel/models/model_config.h"
+#include "hyperparallel/platform/cpu_features.h"
 #include "hyperparallel/train/checkpoint.h"
 #include "hyperparallel/train/trainer.h"
 #include "support/multiprocess.h"
@@ -249,6 +250,12 @@ TEST(Trainer, Bf16TrainsExportsAndGeneratesFromTheCommandLine) {
   const auto gen = hp::testing::run_subprocess(
       {HP_CLI_PATH, "generate", "--model", exported, "--prompt", "Reverse the words: sun tree", "--max-new-tokens", "4"}, {});
   EXPECT_EQ(gen.exit_code, 0) << gen.output;
+  // auto: the machine's flags decide, and the log says what was chosen.
+  const auto automatic = train(dir + "/auto", "auto");
+  EXPECT_EQ(automatic.exit_code, 0) << automatic.output;
+  const bool fast = hp::platform::cpu_features().fast_bf16();
+  EXPECT_NE(automatic.output.find(fast ? "bf16: auto -> bf16 compute" : "bf16: auto -> fp32 compute"), std::string::npos)
+      << automatic.output;
 
   const auto fp16 = hp::testing::run_subprocess(
       {HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--fp16=true", "--output_dir=" + dir + "/fp16"}, {});

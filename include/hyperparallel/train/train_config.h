@@ -87,6 +87,7 @@ struct TrainConfig {
   double warmup_ratio = 0.0;
   int64_t warmup_steps = 0;
   bool bf16 = false;
+  bool bf16_auto = false;  // bf16: auto, resolved by the trainer from every rank's CPU
   bool fp16 = false;  // refused with the reason: bf16 is the half-precision mode here
   int64_t seed = 42;
   std::string resume_from_checkpoint;  // "" | PATH | latest
