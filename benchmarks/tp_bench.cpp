@@ -3,6 +3,7 @@
 //   fsdp4       FSDP over 4 ranks (each rank 2 rows)
 //   tp4         TP4 + sequence + loss parallel (every rank all 8 rows)
 //   fsdp2_tp2   FSDP2 x TP2 + sequence + loss parallel (each tp group 4 rows)
+//   tp4_validate  tp4 in Validation mode (tp/placement_checks.h): the cost of the checks
 // Run under the launcher: hyperparallel run --nproc-per-node 4 -- tp_bench MODE STEPS.
 // Prints one line: RESULT mode=... step_ms=... exposed=... bytes_mb=... exact_mb=... local_params=... rss_mb=...
 // `exposed` is the share of the step spent blocked in wait() on any of the job's groups;
@@ -67,7 +68,8 @@ int main(int argc, char** argv) {
   hp::platform::CachingHostAllocator::install();
   auto world = hp::comm::init_process_group(hp::comm::rendezvous_info_from_env());
   const int64_t n = world->size();
-  const int64_t tp = mode == "tp4" ? n : mode == "fsdp2_tp2" ? 2 : 1, dp = n / tp;
+  const bool validate = mode == "tp4_validate";  // Validation mode: the same plan, every boundary checked
+  const int64_t tp = mode == "tp4" || validate ? n : mode == "fsdp2_tp2" ? 2 : 1, dp = n / tp;
   const auto config = hp::benchmarks::qwen3_48m_config();
   hp::models::ModelLoadOptions options;
   options.seed = 1;
@@ -77,7 +79,9 @@ int main(int argc, char** argv) {
   if (tp > 1) {
     hp::tp::TensorParallelOptions tp_options;
     tp_options.sequence_parallel = tp_options.loss_parallel = true;
-    hp::tp::parallelize_module(*model, mesh["tp"], hp::tp::plan_for(config, tp, tp_options));
+    hp::tp::ParallelizeOptions run_mode;
+    run_mode.validate_placement = validate;
+    hp::tp::parallelize_module(*model, mesh["tp"], hp::tp::plan_for(config, tp, tp_options), run_mode);
     hp::tp::enable_loss_parallel(*model, mesh["tp"]);
   }
   std::vector<int64_t> unit_numels;

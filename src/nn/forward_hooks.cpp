@@ -28,10 +28,14 @@ at::Tensor run_from(const std::vector<std::shared_ptr<ForwardHook>>& hooks, size
 
 }  // namespace
 
-void add_forward_hook(torch::nn::Module& module, std::shared_ptr<ForwardHook> hook) {
+void add_forward_hook(torch::nn::Module& module, std::shared_ptr<ForwardHook> hook, HookPosition position) {
   HookStack* stack = find_stack(module);
   if (!stack) stack = module.register_module(kHooksChild, std::make_shared<HookStack>()).get();
-  stack->hooks.push_back(std::move(hook));
+  if (position == HookPosition::kOutermost) {
+    stack->hooks.insert(stack->hooks.begin(), std::move(hook));
+  } else {
+    stack->hooks.push_back(std::move(hook));
+  }
 }
 
 const std::vector<std::shared_ptr<ForwardHook>>& forward_hooks(torch::nn::Module& module) {

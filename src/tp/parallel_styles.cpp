@@ -8,11 +8,13 @@
 #include "hyperparallel/dtensor/functional_collectives.h"
 #include "hyperparallel/nn/forward_hooks.h"
 #include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/tp/placement_checks.h"
 #include "models/layers.h"
 
 namespace hyperparallel::tp {
 
 using dtensor::GradIs;
+using dtensor::KnownSizes;
 using dtensor::Placement;
 
 TensorParallelContext::TensorParallelContext(mesh::DeviceMesh tp_mesh)
@@ -31,6 +33,28 @@ int64_t TensorParallelContext::global_size(const at::Tensor& local, int64_t dim)
 namespace {
 
 int64_t normalized_dim(const Placement& p, const at::Tensor& x) { return p.dim() < 0 ? p.dim() + x.dim() : p.dim(); }
+
+// A boundary's declared layout, checked in Validation mode (tp/placement_checks.h).
+void check_declared(const at::Tensor& t, const Placement& declared, const KnownSizes& known, TensorParallelContext& ctx,
+                    const CheckSite& site, const char* role) {
+  if (ctx.validate_placement) check_placement(t, declared, known, ctx, site, role);
+}
+
+KnownSizes features(int64_t width) { return width > 0 ? KnownSizes{{-1, width}} : KnownSizes{}; }
+
+// The feature widths a boundary hook's input and output have, where the module tells them:
+// a norm's (its weight's) and an embedding's output; -1 (not checked) for blocks.
+struct Widths {
+  int64_t in = -1, out = -1;
+};
+Widths boundary_widths(torch::nn::Module& module) {
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    if (p.key() != "weight") continue;
+    if (dynamic_cast<models::Embedding*>(&module)) return {-1, p.value().size(-1)};
+    if (dynamic_cast<models::NormModule*>(&module)) return {p.value().size(-1), p.value().size(-1)};
+  }
+  return {};
+}
 
 // Moves a boundary tensor from one tp layout to another. A gathered result's gradient is
 // `gathered_grad` (kPartial when sharded work consumes it).
@@ -97,9 +121,11 @@ void record_replicated(torch::nn::Module& module, const std::string& path, const
 class ColwiseHook : public nn::ForwardHook {
  public:
   // `out_features`: the whole output width, for gathering a Replicate output.
-  ColwiseHook(ColwiseParallel style, int64_t out_features, std::shared_ptr<TensorParallelContext> ctx)
-      : style_(style), out_features_(out_features), ctx_(std::move(ctx)) {}
+  ColwiseHook(ColwiseParallel style, CheckSite site, int64_t in_features, int64_t out_features,
+              std::shared_ptr<TensorParallelContext> ctx)
+      : style_(style), site_(std::move(site)), in_features_(in_features), out_features_(out_features), ctx_(std::move(ctx)) {}
   at::Tensor around(const at::Tensor& x, const nn::Forward& next) override {
+    check_declared(x, style_.input_layout, features(in_features_), *ctx_, site_, "input");
     at::Tensor in = x;
     if (style_.input_layout.is_shard()) {
       in = to_layout(x, style_.input_layout, dtensor::Replicate(), *ctx_, GradIs::kPartial);
@@ -108,14 +134,16 @@ class ColwiseHook : public nn::ForwardHook {
     }
     at::Tensor y = next(in);
     if (style_.output_layout.is_replicate()) {
-      return dtensor::all_gather_into(y, y.dim() - 1, *ctx_->group, {out_features_, GradIs::kReplicate});
+      y = dtensor::all_gather_into(y, y.dim() - 1, *ctx_->group, {out_features_, GradIs::kReplicate});
     }
+    check_declared(y, style_.output_layout, features(out_features_), *ctx_, site_, "output");
     return y;
   }
 
  private:
   ColwiseParallel style_;
-  int64_t out_features_;
+  CheckSite site_;
+  int64_t in_features_, out_features_;
   std::shared_ptr<TensorParallelContext> ctx_;
 };
 
@@ -123,9 +151,11 @@ class ColwiseHook : public nn::ForwardHook {
 // of the Linear's own forward for the duration of the call.
 class RowwiseLinearHook : public nn::ForwardHook {
  public:
-  RowwiseLinearHook(RowwiseParallel style, models::Linear& linear, std::shared_ptr<TensorParallelContext> ctx)
-      : style_(style), linear_(linear), ctx_(std::move(ctx)) {}
+  RowwiseLinearHook(RowwiseParallel style, CheckSite site, int64_t in_features, models::Linear& linear,
+                    std::shared_ptr<TensorParallelContext> ctx)
+      : style_(style), site_(std::move(site)), in_features_(in_features), linear_(linear), ctx_(std::move(ctx)) {}
   at::Tensor around(const at::Tensor& x, const nn::Forward& next) override {
+    check_declared(x, style_.input_layout, features(in_features_), *ctx_, site_, "input");
     const at::Tensor in = to_layout(x, style_.input_layout, dtensor::Shard(-1), *ctx_, GradIs::kPartial);
     const at::Tensor bias = linear_.bias;
     linear_.bias = at::Tensor();
@@ -138,13 +168,16 @@ class RowwiseLinearHook : public nn::ForwardHook {
     }
     linear_.bias = bias;
     at::Tensor y = to_layout(partial, dtensor::Partial(), style_.output_layout, *ctx_, GradIs::kReplicate);
-    if (!bias.defined()) return y;
     // On a sharded output each rank adds the bias to its part only: its gradient is a sum over tp.
-    return y + (style_.output_layout.is_shard() ? dtensor::reduce_grad(bias, *ctx_->group) : bias);
+    if (bias.defined()) y = y + (style_.output_layout.is_shard() ? dtensor::reduce_grad(bias, *ctx_->group) : bias);
+    check_declared(y, style_.output_layout, features(linear_.weight.size(0)), *ctx_, site_, "output");
+    return y;
   }
 
  private:
   RowwiseParallel style_;
+  CheckSite site_;
+  int64_t in_features_;
   models::Linear& linear_;
   std::shared_ptr<TensorParallelContext> ctx_;
 };
@@ -153,10 +186,11 @@ class RowwiseLinearHook : public nn::ForwardHook {
 // the sum over tp holds exactly one non-zero term per token.
 class VocabParallelHook : public nn::ForwardHook {
  public:
-  VocabParallelHook(RowwiseParallel style, const at::Tensor& weight, int64_t first, int64_t rows,
+  VocabParallelHook(RowwiseParallel style, CheckSite site, const at::Tensor& weight, int64_t first, int64_t rows,
                     std::shared_ptr<TensorParallelContext> ctx)
-      : style_(style), weight_(weight), first_(first), rows_(rows), ctx_(std::move(ctx)) {}
+      : style_(style), site_(std::move(site)), weight_(weight), first_(first), rows_(rows), ctx_(std::move(ctx)) {}
   at::Tensor around(const at::Tensor& ids, const nn::Forward& next) override {
+    check_declared(ids, dtensor::Replicate(), {}, *ctx_, site_, "input ids");
     at::Tensor partial;
     if (rows_ == 0) {  // an empty shard (vocab < tp ranks): nothing to look up
       std::vector<int64_t> shape = ids.sizes().vec();
@@ -169,11 +203,14 @@ class VocabParallelHook : public nn::ForwardHook {
       const at::Tensor local_ids = at::where(mine, ids - first_, at::zeros_like(ids));
       partial = next(local_ids) * mine.unsqueeze(-1);
     }
-    return to_layout(partial, dtensor::Partial(), style_.output_layout, *ctx_, GradIs::kReplicate);
+    at::Tensor y = to_layout(partial, dtensor::Partial(), style_.output_layout, *ctx_, GradIs::kReplicate);
+    check_declared(y, style_.output_layout, features(weight_.size(1)), *ctx_, site_, "output");
+    return y;
   }
 
  private:
   RowwiseParallel style_;
+  CheckSite site_;
   at::Tensor weight_;  // the module's parameter (identity kept): its dtype and width
   int64_t first_, rows_;
   std::shared_ptr<TensorParallelContext> ctx_;
@@ -185,17 +222,24 @@ class BoundaryHook : public nn::ForwardHook {
   // `sharded_work`: the module's computation is split over tp, so its input's gradient is a
   // sum over ranks (a gathered input's dual is a reduce-scatter, a replicated one is reduced
   // when `reduce_replicated_input_grad`); otherwise every rank computes the same.
-  BoundaryHook(Placement in_from, Placement in_to, Placement out_from, Placement out_to,
+  BoundaryHook(CheckSite site, Widths widths, Placement in_from, Placement in_to, Placement out_from, Placement out_to,
                std::shared_ptr<TensorParallelContext> ctx, bool reduce_replicated_input_grad, bool sharded_work = true)
-      : in_from_(in_from), in_to_(in_to), out_from_(out_from), out_to_(out_to), ctx_(std::move(ctx)),
-        reduce_input_grad_(reduce_replicated_input_grad), sharded_work_(sharded_work) {}
+      : site_(std::move(site)), widths_(widths), declares_output_(!site_.style.empty() && site_.style != "PrepareModuleInput"),
+        in_from_(in_from), in_to_(in_to), out_from_(out_from), out_to_(out_to),
+        ctx_(std::move(ctx)), reduce_input_grad_(reduce_replicated_input_grad), sharded_work_(sharded_work) {}
   at::Tensor around(const at::Tensor& x, const nn::Forward& next) override {
+    check_declared(x, in_from_, features(widths_.in), *ctx_, site_, "input");
     at::Tensor in = to_layout(x, in_from_, in_to_, *ctx_, sharded_work_ ? GradIs::kPartial : GradIs::kReplicate);
     if (reduce_input_grad_ && in_from_.is_replicate() && in_to_.is_replicate()) in = dtensor::reduce_grad(in, *ctx_->group);
-    return to_layout(next(in), out_from_, out_to_, *ctx_, GradIs::kReplicate);
+    at::Tensor y = to_layout(next(in), out_from_, out_to_, *ctx_, GradIs::kReplicate);
+    if (declares_output_) check_declared(y, out_to_, features(widths_.out), *ctx_, site_, "output");
+    return y;
   }
 
  private:
+  CheckSite site_;
+  Widths widths_;
+  bool declares_output_ = true;  // false for PrepareModuleInput: the block's output is its own
   Placement in_from_, in_to_, out_from_, out_to_;
   std::shared_ptr<TensorParallelContext> ctx_;
   bool reduce_input_grad_, sharded_work_;
@@ -203,16 +247,20 @@ class BoundaryHook : public nn::ForwardHook {
 
 class OutputHook : public nn::ForwardHook {
  public:
-  OutputHook(PrepareModuleOutput style, std::shared_ptr<TensorParallelContext> ctx) : style_(style), ctx_(std::move(ctx)) {}
+  OutputHook(PrepareModuleOutput style, CheckSite site, std::shared_ptr<TensorParallelContext> ctx)
+      : style_(style), site_(std::move(site)), ctx_(std::move(ctx)) {}
   at::Tensor around(const at::Tensor& x, const nn::Forward& next) override {
     const GradIs grad = style_.reduce_output_grad ? GradIs::kPartial : GradIs::kReplicate;
-    at::Tensor y = to_layout(next(x), style_.output_layout, style_.desired_output_layout, *ctx_, grad);
+    const at::Tensor out = next(x);
+    check_declared(out, style_.output_layout, {}, *ctx_, site_, "output");
+    at::Tensor y = to_layout(out, style_.output_layout, style_.desired_output_layout, *ctx_, grad);
     const bool replicated = style_.output_layout.is_replicate() && style_.desired_output_layout.is_replicate();
     return replicated && style_.reduce_output_grad ? dtensor::reduce_grad(y, *ctx_->group) : y;
   }
 
  private:
   PrepareModuleOutput style_;
+  CheckSite site_;
   std::shared_ptr<TensorParallelContext> ctx_;
 };
 
@@ -246,7 +294,7 @@ void ColwiseParallel::apply(torch::nn::Module& module, const std::string& path, 
     throw UserError("tensor parallel plan: ColwiseParallel on '" + path + "': output layout " + output_layout.to_string() +
                     " is not supported; use Shard(-1) (local features) or Replicate()");
   }
-  auto hook = std::make_shared<ColwiseHook>(*this, linear.weight.size(0), ctx);
+  auto hook = std::make_shared<ColwiseHook>(*this, CheckSite{path, name(), "linear"}, linear.weight.size(1), linear.weight.size(0), ctx);
   shard_parameter(linear.weight, 0, path + ".weight", *ctx, layouts);
   if (linear.bias.defined()) shard_parameter(linear.bias, 0, path + ".bias", *ctx, layouts);
   nn::add_forward_hook(module, std::move(hook));
@@ -254,19 +302,21 @@ void ColwiseParallel::apply(torch::nn::Module& module, const std::string& path, 
 
 void RowwiseParallel::apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
                             ParameterLayouts& layouts) const {
-  check_layout(output_layout, path, name(), "output layout");
+  check_layout(output_layout, path, name(), "output layout", /*allow_partial=*/true);
   if (auto* embedding = dynamic_cast<models::Embedding*>(&module)) {
     const int64_t vocab = embedding->weight.size(0), n = ctx->group->size(), me = ctx->group->rank();
     shard_parameter(embedding->weight, 0, path + ".weight", *ctx, layouts);
-    nn::add_forward_hook(module, std::make_shared<VocabParallelHook>(*this, embedding->weight, dtensor::shard_offset(vocab, n, me),
+    nn::add_forward_hook(module, std::make_shared<VocabParallelHook>(*this, CheckSite{path, name(), "embedding"}, embedding->weight,
+                                                                      dtensor::shard_offset(vocab, n, me),
                                                                       dtensor::shard_length(vocab, n, me), ctx));
     return;
   }
   auto& linear = module_as<models::Linear>(module, path, name(), "Linear or Embedding");
   check_layout(input_layout, path, name(), "input layout");
+  const int64_t in_features = linear.weight.size(1);
   shard_parameter(linear.weight, 1, path + ".weight", *ctx, layouts);
   record_replicated(module, path, *ctx, layouts);
-  nn::add_forward_hook(module, std::make_shared<RowwiseLinearHook>(*this, linear, ctx));
+  nn::add_forward_hook(module, std::make_shared<RowwiseLinearHook>(*this, CheckSite{path, name(), "linear"}, in_features, linear, ctx));
 }
 
 void SequenceParallel::apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
@@ -278,22 +328,23 @@ void SequenceParallel::apply(torch::nn::Module& module, const std::string& path,
   sum_gradients_over_tp(module, *ctx);
   record_replicated(module, path, *ctx, layouts);
   const Placement sharded = dtensor::Shard(sequence_dim);
-  nn::add_forward_hook(module, std::make_shared<BoundaryHook>(input_layout, sharded, sharded, output_layout, ctx, false));
+  nn::add_forward_hook(module, std::make_shared<BoundaryHook>(CheckSite{path, name(), op_of(module)}, boundary_widths(module),
+                                                               input_layout, sharded, sharded, output_layout, ctx, false));
 }
 
 void PrepareModuleInput::apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
                                ParameterLayouts& layouts) const {
   check_layout(input_layout, path, name(), "input layout");
   check_layout(desired_input_layout, path, name(), "desired input layout");
-  nn::add_forward_hook(module, std::make_shared<BoundaryHook>(input_layout, desired_input_layout, dtensor::Replicate(),
-                                                               dtensor::Replicate(), ctx, true));
+  nn::add_forward_hook(module, std::make_shared<BoundaryHook>(CheckSite{path, name(), op_of(module)}, Widths{}, input_layout,
+                                                               desired_input_layout, dtensor::Replicate(), dtensor::Replicate(), ctx, true));
 }
 
 void PrepareModuleOutput::apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
                                 ParameterLayouts& layouts) const {
   check_layout(output_layout, path, name(), "output layout");
   check_layout(desired_output_layout, path, name(), "desired output layout");
-  nn::add_forward_hook(module, std::make_shared<OutputHook>(*this, ctx));
+  nn::add_forward_hook(module, std::make_shared<OutputHook>(*this, CheckSite{path, name(), op_of(module)}, ctx));
 }
 
 void ReplicatedKvHeads::apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
@@ -317,8 +368,9 @@ void NoParallel::apply(torch::nn::Module& module, const std::string& path, std::
   check_layout(input_layout, path, name(), "input layout");
   check_layout(output_layout, path, name(), "output layout");
   record_replicated(module, path, *ctx, layouts);
-  nn::add_forward_hook(module, std::make_shared<BoundaryHook>(input_layout, dtensor::Replicate(), dtensor::Replicate(),
-                                                               output_layout, ctx, false, /*sharded_work=*/false));
+  nn::add_forward_hook(module, std::make_shared<BoundaryHook>(CheckSite{path, name(), op_of(module)}, boundary_widths(module),
+                                                               input_layout, dtensor::Replicate(), dtensor::Replicate(), output_layout, ctx, false,
+                                                               /*sharded_work=*/false));
 }
 
 }  // namespace hyperparallel::tp

@@ -5,14 +5,17 @@
 
 #include "hyperparallel/dtensor/parameter_specs.h"
 #include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/tp/placement_checks.h"
 
 namespace hyperparallel::tp {
 
-ParameterLayouts parallelize_module(torch::nn::Module& root, const mesh::DeviceMesh& tp_mesh, const ParallelizePlan& plan) {
+ParameterLayouts parallelize_module(torch::nn::Module& root, const mesh::DeviceMesh& tp_mesh, const ParallelizePlan& plan,
+                                    const ParallelizeOptions& options) {
   if (tp_mesh.ndim() != 1) {
     throw UserError("parallelize_module: the tp mesh must have one axis, got " + tp_mesh.to_string() + "; pass mesh[\"tp\"]");
   }
   auto ctx = std::make_shared<TensorParallelContext>(tp_mesh);
+  ctx->validate_placement = options.validate_placement;
   // Match every key first, so hooks attached by one entry are never matched by the next.
   const auto modules = root.named_modules("", /*include_self=*/false);
   std::vector<std::vector<std::pair<std::string, torch::nn::Module*>>> matches;
@@ -28,8 +31,14 @@ ParameterLayouts parallelize_module(torch::nn::Module& root, const mesh::DeviceM
   }
   ParameterLayouts layouts;
   for (size_t i = 0; i < matches.size(); ++i) {
-    for (const auto& [path, module] : matches[i]) plan.entries()[i].second->apply(*module, path, ctx, layouts);
+    for (const auto& [path, module] : matches[i]) {
+      const std::string style = plan.entries()[i].second->name();
+      std::string& styles = ctx->styles[path];
+      styles += (styles.empty() ? "" : " + ") + style;
+      plan.entries()[i].second->apply(*module, path, ctx, layouts);
+    }
   }
+  if (options.validate_placement) attach_placement_checks(root, ctx, layouts);
   // Split parameters carry their spec on the model (dtensor/parameter_specs.h), so FSDP, the
   // state dicts and checkpoints see the global layout.
   for (const auto& [name, spec] : layouts) {

@@ -85,7 +85,9 @@ ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout,
     tp::TensorParallelOptions options;
     options.sequence_parallel = c.accelerator.sequence_parallel;
     options.loss_parallel = c.accelerator.loss_parallel;
-    tp::parallelize_module(model, layout.mesh["tp"], tp::plan_for(model.config(), layout.tp(), options));
+    tp::ParallelizeOptions mode;
+    mode.validate_placement = c.validate_placement;
+    tp::parallelize_module(model, layout.mesh["tp"], tp::plan_for(model.config(), layout.tp(), options), mode);
     if (options.loss_parallel) tp::enable_loss_parallel(model, layout.mesh["tp"]);
   }
   const fsdp::FullyShardOptions shard = shard_options(c, layout.dp_mesh, model);

@@ -154,7 +154,7 @@ const std::vector<KeyDef>& key_table() {
         {{"model_name_or_path", "string", "(required)", "Hugging Face model folder, or a built-in debug flavour (qwen3-debug, ...)"}, text(&C::model_name_or_path)},
         {{"tokenizer", "string", "\"\"", "folder with tokenizer.json (+ tokenizer_config.json); empty: model_name_or_path"}, text(&C::tokenizer)},
         {{"plan_overrides", "list of {match, module_type, replace_module}", "[]", "module replacements applied when the model is built"}, set_plan_overrides},
-        {{"model.validate_placement", "bool", "false", "reserved for DTensor validation mode; true is not supported yet"}, boolean(&C::validate_placement)},
+        {{"model.validate_placement", "bool", "false", "Validation mode: the tensor-parallel plan runs with every module boundary's placement measured and checked (same numbers, slower); a plan error names the module, op and placements"}, boolean(&C::validate_placement)},
         // method
         {{"stage", "sft | pt", "sft", "sft: chat data with a template; pt (plain text) is not supported yet"}, choice(&C::stage, {"sft", "pt"})},
         {{"do_train", "bool", "true", "train (false: only load, evaluate and export)"}, boolean(&C::do_train)},
@@ -313,7 +313,6 @@ void check_combinations(const TrainConfig& c) {
   require(c.finetuning_type == "full", "finetuning_type: " + c.finetuning_type + " is not supported yet; use finetuning_type: full");
   require(c.use_hyper_parallel, "use_hyper_parallel: false selects another backend in LlamaFactory; hyperparallel train always runs this one, so drop the key or set it true");
   require(!c.fp16, "fp16: true is not supported: CPU kernels have no fast float16 matmul and float16 training needs loss scaling; use bf16: true (same memory, fp32's range)");
-  require(!c.validate_placement, "model.validate_placement is reserved (DTensor validation mode) and not supported yet; remove it or set it false");
   if (c.do_train) {
     require(!c.dataset.empty(), "dataset is required to train: names from dataset_dir/dataset_info.json or a built-in one (synthetic_reverse, synthetic_addition)");
     require(!c.chat_template.empty(), "template is required for stage sft: default, llama2, llama3, qwen or qwen3");

@@ -233,6 +233,10 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     log << "hyperparallel train: " << world->size() << " ranks, " << mesh.to_string() << ", " << model->config().parameter_count()
         << " parameters, " << data.conversations << " conversations -> " << data.rows.size() << " rows"
         << (c.packing ? " (packed)" : "") << ", " << sampler.steps_per_epoch() << " steps per epoch, " << total_steps << " steps\n";
+    if (c.validate_placement) {
+      log << (tp > 1 ? "model.validate_placement: Validation mode, every module boundary of the tensor-parallel plan is checked\n"
+                     : "model.validate_placement: no tp axis (tp_size 1), so no placement to check\n");
+    }
     if (!resumed_from.empty()) log << "resumed from " << resumed_from << " at step " << start_step << "\n";
     for (const auto& s : data.load_report.skipped) log << "skipped: " << s << "\n";
     for (const auto& s : data.sample_report.dropped) log << "dropped: " << s << "\n";

@@ -135,7 +135,6 @@ TEST(TrainConfig, BadConfigsFailWithExitCode2NamingTheKey) {
       {"fsdp_config:\n  mix_precision:\n    param_dtype: float16\n", "fsdp_config.mix_precision.param_dtype: 'float16' is not allowed; expected float32 | bfloat16"},
       {"fsdp_config:\n  edp_shard_size: 2\n", "fsdp_config.edp_shard_size applies with expert parallelism"},
       {"fsdp_config:\n  replicate_params: ['*nothing*']\n", "fsdp_config.replicate_params: '*nothing*' matches no parameter"},
-      {"model:\n  validate_placement: true\n", "model.validate_placement is reserved"},
       {"plan_overrides:\n  - {match: '*', module_type: Qwen3RMSNorm}\n", "plan_overrides[0] needs match, module_type and replace_module"},
       {"plan_overrides:\n  - {match: '*', module: Qwen3RMSNorm, replace_module: x}\n", "plan_overrides[0] has unknown key 'module'"},
       {"plan_overrides:\n  - {match: '*', module_type: Qwen3RMSNorm, replace_module: fast_norm}\n", "fast_norm"},

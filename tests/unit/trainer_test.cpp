@@ -108,8 +108,13 @@ TEST(Trainer, TensorParallelLayoutsMatchOneProcess) {
                         "accelerator.loss_parallel=true"}},
       {"fsdp2_tp2_sp", 4, {"per_device_train_batch_size=4", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}},
       {"hsdp2x1_tp2", 4, {"per_device_train_batch_size=4", "accelerator.tp_size=2", "fsdp_config.dp_shard_size=1"}},
-      {"tp4_accum2", 4, {"per_device_train_batch_size=4", "gradient_accumulation_steps=2", "accelerator.tp_size=4"}}};
+      {"tp4_accum2", 4, {"per_device_train_batch_size=4", "gradient_accumulation_steps=2", "accelerator.tp_size=4"}},
+      {"tp2_sp_lp_validated", 2, {"per_device_train_batch_size=8", "accelerator.tp_size=2", "accelerator.sequence_parallel=true",
+                                  "accelerator.loss_parallel=true", "model.validate_placement=true"}}};
   for (const auto& [name, ranks, layout] : layouts) train_on(ranks, temp_dir(name), layout);
+  // Validation mode checks every boundary and changes no number.
+  EXPECT_EQ(logged_losses(temp_dir("tp2_sp_lp_validated")), logged_losses(temp_dir("tp2_sp_lp")));
+  EXPECT_EQ(logged(temp_dir("tp2_sp_lp_validated"), "grad_norm"), logged(temp_dir("tp2_sp_lp"), "grad_norm"));
 
   const auto ref = logged_losses(ref_dir), ref_norms = logged(ref_dir, "grad_norm");
   ASSERT_EQ(ref.size(), 20u);

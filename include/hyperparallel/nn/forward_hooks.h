@@ -35,8 +35,11 @@ class ForwardHook {
   virtual at::Tensor around(const at::Tensor& input, const Forward& next) = 0;
 };
 
-// Appends `hook` to `module`'s stack (it runs inside the hooks attached before it).
-void add_forward_hook(torch::nn::Module& module, std::shared_ptr<ForwardHook> hook);
+// Appends `hook` to `module`'s stack (it runs inside the hooks attached before it), or with
+// kOutermost puts it first (it sees what the module's caller passes and gets back).
+enum class HookPosition { kInnermost, kOutermost };
+void add_forward_hook(torch::nn::Module& module, std::shared_ptr<ForwardHook> hook,
+                      HookPosition position = HookPosition::kInnermost);
 // The stack, outermost first; empty when none is attached.
 const std::vector<std::shared_ptr<ForwardHook>>& forward_hooks(torch::nn::Module& module);
 

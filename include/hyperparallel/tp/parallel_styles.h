@@ -43,6 +43,9 @@ struct TensorParallelContext {
   mesh::DeviceMesh mesh;
   std::shared_ptr<comm::Communicator> group;
   std::map<int64_t, int64_t> sharded_dim_sizes;  // dim -> global length
+  // Validation mode (tp/placement_checks.h): every boundary's placement is measured and checked.
+  bool validate_placement = false;
+  std::map<std::string, std::string> styles;  // module path -> the plan's styles for it, for messages
   // The global length of `dim` for a local tensor sharded on it.
   int64_t global_size(const at::Tensor& local, int64_t dim) const;
 };

@@ -37,7 +37,16 @@ class ParallelizePlan {
   std::vector<std::pair<std::string, std::shared_ptr<const ParallelStyle>>> entries_;
 };
 
+struct ParallelizeOptions {
+  // Validation mode (tp/placement_checks.h): the same plan, with the placement of every tensor
+  // that crosses a module boundary measured and checked; a wrong plan fails with a UserError
+  // naming the module, the op, the expected and the actual placement. Bit-identical results,
+  // one small all-gather per checked tensor.
+  bool validate_placement = false;
+};
+
 // `tp_mesh` is a 1-D mesh (mesh["tp"]).
-ParameterLayouts parallelize_module(torch::nn::Module& root, const mesh::DeviceMesh& tp_mesh, const ParallelizePlan& plan);
+ParameterLayouts parallelize_module(torch::nn::Module& root, const mesh::DeviceMesh& tp_mesh, const ParallelizePlan& plan,
+                                    const ParallelizeOptions& options = {});
 
 }  // namespace hyperparallel::tp

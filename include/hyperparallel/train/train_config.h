@@ -48,7 +48,7 @@ struct TrainConfig {
   std::string model_name_or_path;  // HF folder or a built-in debug flavour
   std::string tokenizer;           // folder with tokenizer.json; "" = model_name_or_path
   std::vector<models::PlanOverride> plan_overrides;
-  bool validate_placement = false;  // model.validate_placement (reserved)
+  bool validate_placement = false;  // model.validate_placement: tp/placement_checks.h
   // method
   std::string stage = "sft";
   bool do_train = true;
