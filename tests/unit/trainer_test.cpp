@@ -1,5 +1,6 @@
-// hyperparallel train: the product promise (every layout's per-step loss equals the 1-process
-// run's at the same global batch), the output files, and the command line.
+// hyperparallel train: the product promise (every layout's per-step loss and gradient norm
+// equal those of a plain unsharded model at the same global batch), the output files, and the
+// command line.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "hyperparallel/train/checkpoint.h"
 #include "hyperparallel/train/trainer.h"
 #include "support/multiprocess.h"
+#include "support/plain_reference.h"
 #include "train/train_output.h"
 #include "support/subprocess.h"
 
@@ -68,39 +70,46 @@ void train_on(int ranks, const std::string& output_dir, const std::vector<std::s
 
 }  // namespace
 
-TEST(Trainer, EveryLayoutMatchesOneProcessAtTheSameGlobalBatch) {
-  // All runs first: a rank process runs only its own run_on_ranks call and exits there.
-  const std::string ref_dir = temp_dir("ref");
-  train_on(1, ref_dir, {"per_device_train_batch_size=8"});
+// Each layout's logged per-step losses and gradient norms against the plain unsharded model
+// (support/plain_reference.h) at the same global batch of 8 rows; `layouts` run first, since a
+// rank process runs only its own run_on_ranks call and exits there.
+void expect_layouts_match_the_plain_model(const std::vector<std::tuple<std::string, int, std::vector<std::string>>>& layouts,
+                                          bool learns = false) {
+  for (const auto& [name, ranks, layout] : layouts) train_on(ranks, temp_dir(name), layout);
+  std::vector<std::string> overrides = base_overrides(temp_dir("plain"));
+  overrides.push_back("per_device_train_batch_size=8");
+  const hp::testing::PlainRun ref = hp::testing::plain_reference_run(hp::train::load_train_config("", overrides));
+  ASSERT_EQ(ref.losses.size(), 20u);
+  if (learns) {
+    EXPECT_LT(ref.losses.back(), ref.losses.front() * 0.7) << "the run should learn";
+  }
+  for (const auto& [name, ranks, layout] : layouts) {
+    SCOPED_TRACE(name);
+    const auto got = logged_losses(temp_dir(name)), norms = logged(temp_dir(name), "grad_norm");
+    ASSERT_EQ(got.size(), ref.losses.size());
+    double worst = 0;
+    for (size_t s = 0; s < got.size(); ++s) {
+      EXPECT_NEAR(got[s], ref.losses[s], 1e-5 * std::abs(ref.losses[s])) << "step " << s + 1;
+      EXPECT_NEAR(norms[s], ref.grad_norms[s], 1e-5 * std::abs(ref.grad_norms[s])) << "grad_norm, step " << s + 1;
+      worst = std::max(worst, std::abs(got[s] - ref.losses[s]) / std::abs(ref.losses[s]));
+    }
+    std::cout << name << ": largest relative loss difference to the plain model over 20 steps " << worst << "\n";
+  }
+}
+
+TEST(Trainer, EveryLayoutMatchesThePlainModelAtTheSameGlobalBatch) {
   const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
+      {"one_process", 1, {"per_device_train_batch_size=8"}},
       {"fsdp4", 4, {"per_device_train_batch_size=2"}},
       {"hsdp2x2", 4, {"per_device_train_batch_size=2", "fsdp_config.dp_shard_size=2"}},
       {"fsdp2_accum2", 2, {"per_device_train_batch_size=2", "gradient_accumulation_steps=2"}}};
-  for (const auto& [name, ranks, layout] : layouts) train_on(ranks, temp_dir(name), layout);
-
-  const auto ref = logged_losses(ref_dir);
-  ASSERT_EQ(ref.size(), 20u);
-  EXPECT_LT(ref.back(), ref.front() * 0.7) << "the run should learn";
-  for (const auto& [name, ranks, layout] : layouts) {
-    SCOPED_TRACE(name);
-    const auto got = logged_losses(temp_dir(name));
-    ASSERT_EQ(got.size(), ref.size());
-    double worst = 0;
-    for (size_t s = 0; s < ref.size(); ++s) {
-      EXPECT_NEAR(got[s], ref[s], 1e-5 * std::abs(ref[s])) << "step " << s + 1;
-      worst = std::max(worst, std::abs(got[s] - ref[s]) / std::abs(ref[s]));
-    }
-    std::cout << name << ": largest relative loss difference over 20 steps " << worst << "\n";
-    fs::remove_all(temp_dir(name));
-  }
-  fs::remove_all(ref_dir);
+  expect_layouts_match_the_plain_model(layouts, /*learns=*/true);
+  for (const auto& [name, ranks, layout] : layouts) fs::remove_all(temp_dir(name));
 }
 
 // Tensor-parallel layouts through the trainer (qwen3-debug: tied embeddings, q/k norms, 2 kv
-// heads): per-step losses and gradient norms equal the 1-process run's at the same global batch.
-TEST(Trainer, TensorParallelLayoutsMatchOneProcess) {
-  const std::string ref_dir = temp_dir("tp_ref");
-  train_on(1, ref_dir, {"per_device_train_batch_size=8"});
+// heads), and Validation mode, which checks every boundary and changes no number.
+TEST(Trainer, TensorParallelLayoutsMatchThePlainModel) {
   const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
       {"tp2", 2, {"per_device_train_batch_size=8", "accelerator.tp_size=2"}},
       {"tp2_sp", 2, {"per_device_train_batch_size=8", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}},
@@ -111,27 +120,10 @@ TEST(Trainer, TensorParallelLayoutsMatchOneProcess) {
       {"tp4_accum2", 4, {"per_device_train_batch_size=4", "gradient_accumulation_steps=2", "accelerator.tp_size=4"}},
       {"tp2_sp_lp_validated", 2, {"per_device_train_batch_size=8", "accelerator.tp_size=2", "accelerator.sequence_parallel=true",
                                   "accelerator.loss_parallel=true", "model.validate_placement=true"}}};
-  for (const auto& [name, ranks, layout] : layouts) train_on(ranks, temp_dir(name), layout);
-  // Validation mode checks every boundary and changes no number.
+  expect_layouts_match_the_plain_model(layouts);
   EXPECT_EQ(logged_losses(temp_dir("tp2_sp_lp_validated")), logged_losses(temp_dir("tp2_sp_lp")));
   EXPECT_EQ(logged(temp_dir("tp2_sp_lp_validated"), "grad_norm"), logged(temp_dir("tp2_sp_lp"), "grad_norm"));
-
-  const auto ref = logged_losses(ref_dir), ref_norms = logged(ref_dir, "grad_norm");
-  ASSERT_EQ(ref.size(), 20u);
-  for (const auto& [name, ranks, layout] : layouts) {
-    SCOPED_TRACE(name);
-    const auto got = logged_losses(temp_dir(name)), norms = logged(temp_dir(name), "grad_norm");
-    ASSERT_EQ(got.size(), ref.size());
-    double worst = 0;
-    for (size_t s = 0; s < ref.size(); ++s) {
-      EXPECT_NEAR(got[s], ref[s], 1e-5 * std::abs(ref[s])) << "step " << s + 1;
-      EXPECT_NEAR(norms[s], ref_norms[s], 1e-5 * std::abs(ref_norms[s])) << "grad_norm, step " << s + 1;
-      worst = std::max(worst, std::abs(got[s] - ref[s]) / std::abs(ref[s]));
-    }
-    std::cout << name << ": largest relative loss difference over 20 steps " << worst << "\n";
-    fs::remove_all(temp_dir(name));
-  }
-  fs::remove_all(ref_dir);
+  for (const auto& [name, ranks, layout] : layouts) fs::remove_all(temp_dir(name));
 }
 
 TEST(Trainer, CommandLineTrainsOnItsOwnRanksAndWritesItsFiles) {

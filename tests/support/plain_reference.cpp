@@ -1,0 +1,81 @@
+#include "plain_reference.h"
+
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+
+#include <cmath>
+
+#include "hyperparallel/data/batch_sampler.h"
+#include "hyperparallel/models/auto_model.h"
+#include "hyperparallel/models/causal_lm.h"
+#include "hyperparallel/train/lr_schedule.h"
+#include "train/train_data.h"
+
+namespace hyperparallel::testing {
+namespace {
+
+at::Tensor as_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t length) {
+  return at::tensor(v, at::kLong).view({rows, length});
+}
+
+torch::optim::AdamW plain_adamw(const train::TrainConfig& c, models::CausalLM& model) {
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    const bool bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+    (name.find("norm") != std::string::npos || bias ? no_decay : decay).push_back(item.value());
+  }
+  const auto options = [&](double wd) {
+    auto o = std::make_unique<torch::optim::AdamWOptions>(c.learning_rate);
+    o->betas({c.adam_beta1, c.adam_beta2}).eps(c.adam_epsilon).weight_decay(wd);
+    return o;
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options(c.weight_decay));
+  if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
+  return torch::optim::AdamW(groups, *options(c.weight_decay));
+}
+
+}  // namespace
+
+PlainRun plain_reference_run(const train::TrainConfig& c) {
+  const train::TrainData data = train::prepare_train_data(c);
+  models::ModelLoadOptions load;
+  load.seed = static_cast<uint64_t>(c.seed);
+  auto model = models::AutoModelForCausalLM::from_pretrained(c.model_name_or_path, load);
+  torch::optim::AdamW optimizer = plain_adamw(c, *model);
+  const data::GlobalBatchSampler sampler(static_cast<int64_t>(data.rows.size()),
+                                         c.per_device_train_batch_size * c.gradient_accumulation_steps,
+                                         static_cast<uint64_t>(c.seed));
+  const train::LrSchedule schedule{c.lr_scheduler_type, c.learning_rate,
+                                   train::resolve_warmup_steps(c.warmup_steps, c.warmup_ratio, c.max_steps), c.max_steps};
+  PlainRun run;
+  data::SamplerPosition position;
+  for (int64_t step = 0; step < c.max_steps; ++step) {
+    std::vector<const data::TrainingRow*> rows;
+    int64_t label_tokens = 0;
+    for (int64_t r : sampler.global_batch_rows(position)) {
+      rows.push_back(&data.rows[r]);
+      label_tokens += data.label_tokens[r];
+    }
+    position = sampler.next(position);
+    const data::TokenBatch batch = data::collate_rows(rows, data.pad_id);
+    models::CausalLMInput in;
+    in.input_ids = as_tensor(batch.input_ids, batch.rows, batch.length);
+    in.labels = as_tensor(batch.labels, batch.rows, batch.length);
+    in.attention_mask = as_tensor(batch.attention_mask, batch.rows, batch.length);
+    in.position_ids = as_tensor(batch.position_ids, batch.rows, batch.length);
+    const models::CausalLMOutput out = model->forward(in);
+    const at::Tensor loss = out.lm_loss_sum / static_cast<double>(label_tokens);
+    optimizer.zero_grad();
+    loss.backward();
+    const double norm = torch::nn::utils::clip_grad_norm_(model->parameters(), c.max_grad_norm > 0 ? c.max_grad_norm : INFINITY);
+    for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(schedule.lr_at(step));
+    optimizer.step();
+    run.losses.push_back(loss.item<double>());
+    run.grad_norms.push_back(norm);
+  }
+  return run;
+}
+
+}  // namespace hyperparallel::testing
