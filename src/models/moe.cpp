@@ -34,7 +34,11 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& x, std::vector<at::Tensor>*
     const auto where = at::where(expert_mask[e]);
     const at::Tensor& slot = where[0];
     const at::Tensor& token = where[1];
-    if (token.numel() == 0) continue;
+    // An expert without tokens still runs (on zero rows): every expert's parameters get a
+    // gradient (zero) in every step, so which gradients exist — and with them the order in
+    // which fully_shard's units complete and reduce-scatter — never depends on the routing.
+    // A rank whose tokens skip an expert would otherwise hold its layer's reduce-scatter back
+    // while its peers issue it, and the ranks' collectives would pair up wrongly.
     const at::Tensor expert_out =
         (*expert_mlps[e])(tokens.index_select(0, token), nullptr) * top_weights.index({token, slot}).unsqueeze(-1);
     out = out.index_add(0, token, expert_out.to(x.scalar_type()));
