@@ -15,6 +15,7 @@ class VocabParallelCrossEntropy : public models::TokenLoss {
       : group_(std::move(group)), vocab_(vocab),
         first_(dtensor::shard_offset(vocab, group_->size(), group_->rank())),
         rows_(dtensor::shard_length(vocab, group_->size(), group_->rank())) {}
+  bool takes_vocab_shards() const override { return true; }
 
   at::Tensor sum(const at::Tensor& logits, const at::Tensor& labels) override {
     if (logits.size(-1) != rows_) {

@@ -5,9 +5,11 @@
 
 #include <optional>
 
+#include "hyperparallel/models/causal_lm.h"
 #include "hyperparallel/models/module_interfaces.h"
 #include "hyperparallel/nn/forward_hooks.h"
 #include "hyperparallel/platform/user_error.h"
+#include "models/attention.h"
 #include "models/decoder.h"
 #include "models/layers.h"
 
@@ -94,6 +96,93 @@ class ResidualCheck : public nn::ForwardHook {
   std::shared_ptr<TensorParallelContext> ctx_;
 };
 
+// Attention's body: softmax runs over every key, so the hidden states it projects must be
+// whole on every rank (a sequence-parallel input is gathered first, by PrepareModuleInput).
+class AttentionBodyCheck : public nn::ForwardHook {
+ public:
+  AttentionBodyCheck(CheckSite site, int64_t hidden, std::shared_ptr<TensorParallelContext> ctx)
+      : site_(std::move(site)), hidden_(hidden), ctx_(std::move(ctx)) {}
+  at::Tensor around(const at::Tensor& x, const nn::Forward& next) override {
+    const KnownSizes known{{x.dim() - 1, hidden_}};
+    const ObservedLayout o = dtensor::observe_layout(x, *ctx_->group);
+    if (!o.fits(dtensor::Replicate(), known)) {
+      mismatch(site_, "input", "Replicate() with " + std::to_string(hidden_) + " features (softmax runs over every key)",
+               o.describe(known));
+    }
+    return next(x);
+  }
+
+ private:
+  CheckSite site_;
+  int64_t hidden_;
+  std::shared_ptr<TensorParallelContext> ctx_;
+};
+
+// The q/k/v projections' outputs are viewed as [.., heads, head_dim]: every rank must hold
+// whole heads, and each rank's query heads must group evenly over its kv heads (GQA).
+struct HeadCounts {
+  std::vector<int64_t> query;  // per rank, from the last q_proj output
+};
+
+class HeadsViewCheck : public nn::ForwardHook {
+ public:
+  HeadsViewCheck(CheckSite site, int64_t head_dim, bool query, std::shared_ptr<HeadCounts> counts,
+                 std::shared_ptr<TensorParallelContext> ctx)
+      : site_(std::move(site)), head_dim_(head_dim), query_(query), counts_(std::move(counts)), ctx_(std::move(ctx)) {}
+  at::Tensor around(const at::Tensor& x, const nn::Forward& next) override {
+    at::Tensor y = next(x);
+    const ObservedLayout o = dtensor::observe_layout(y, *ctx_->group);
+    std::vector<int64_t> heads;
+    std::string widths;
+    bool whole = true;
+    for (const auto& shape : o.shapes) {
+      const int64_t width = shape.empty() ? 0 : shape.back();
+      whole &= width > 0 && width % head_dim_ == 0;
+      heads.push_back(width / head_dim_);
+      widths += (widths.empty() ? "" : ", ") + std::to_string(width);
+    }
+    if (!whole) mismatch(site_, "output", "whole heads of " + std::to_string(head_dim_) + " on every rank", "widths " + widths);
+    if (query_) {
+      counts_->query = heads;
+    } else if (counts_->query.size() == heads.size()) {
+      for (size_t r = 0; r < heads.size(); ++r) {
+        if (counts_->query[r] % heads[r] != 0) {
+          mismatch(site_, "output", "a divisor of rank " + std::to_string(r) + "'s " + std::to_string(counts_->query[r]) +
+                                        " query heads (each kv head serves a group of them)",
+                   std::to_string(heads[r]) + " kv heads on rank " + std::to_string(r));
+        }
+      }
+    }
+    return y;
+  }
+
+ private:
+  CheckSite site_;
+  int64_t head_dim_;
+  bool query_;
+  std::shared_ptr<HeadCounts> counts_;
+  std::shared_ptr<TensorParallelContext> ctx_;
+};
+
+// The loss: plain cross-entropy takes every vocab logit on every rank; loss parallel's takes
+// this rank's vocab shard.
+class CrossEntropyCheck : public nn::ForwardHook {
+ public:
+  CrossEntropyCheck(models::CausalLM& model, std::shared_ptr<TensorParallelContext> ctx) : model_(model), ctx_(std::move(ctx)) {}
+  at::Tensor around(const at::Tensor& x, const nn::Forward& next) override {
+    at::Tensor logits = next(x);
+    const bool sharded = model_.token_loss() && model_.token_loss()->takes_vocab_shards();
+    const CheckSite site{"lm_head -> loss", sharded ? "loss parallel" : "not in the plan", "cross-entropy"};
+    check_placement(logits, sharded ? dtensor::Shard(-1) : dtensor::Replicate(), {{-1, model_.config().vocab_size}}, *ctx_,
+                    site, "logits");
+    return logits;
+  }
+
+ private:
+  models::CausalLM& model_;
+  std::shared_ptr<TensorParallelContext> ctx_;
+};
+
 std::optional<Placement> layout_of(const ParameterLayouts& layouts, const std::string& name) {
   const auto it = layouts.find(name);
   if (it == layouts.end()) return std::nullopt;
@@ -130,7 +219,25 @@ void check_placement(const at::Tensor& local, const Placement& expected, const K
   mismatch(site, role, want, o.describe(sizes));
 }
 
+// The attention-specific rules on models::Attention and its projections.
+void attach_attention_checks(models::Attention& attention, const CheckSite& site, std::shared_ptr<TensorParallelContext> ctx) {
+  nn::add_forward_hook(attention, std::make_shared<AttentionBodyCheck>(CheckSite{site.path, site.style, "attention"},
+                                                                       attention.q_proj->weight.size(1), ctx));
+  auto counts = std::make_shared<HeadCounts>();
+  for (const auto& [name, proj] : std::vector<std::pair<std::string, models::Linear*>>{
+           {"q_proj", attention.q_proj.get()}, {"k_proj", attention.k_proj.get()}, {"v_proj", attention.v_proj.get()}}) {
+    const std::string path = site.path + "." + name;
+    const auto styled = ctx->styles.find(path);
+    const CheckSite view{path, styled == ctx->styles.end() ? "not in the plan" : styled->second, "view as [.., heads, head_dim]"};
+    nn::add_forward_hook(*proj, std::make_shared<HeadsViewCheck>(view, attention.head_dim, name == "q_proj", counts, ctx),
+                         nn::HookPosition::kOutermost);
+  }
+}
+
 void attach_placement_checks(torch::nn::Module& root, std::shared_ptr<TensorParallelContext> ctx, const ParameterLayouts& layouts) {
+  if (auto* model = dynamic_cast<models::CausalLM*>(&root)) {
+    nn::add_forward_hook(root, std::make_shared<CrossEntropyCheck>(*model, ctx), nn::HookPosition::kOutermost);
+  }
   for (const auto& item : root.named_modules("", /*include_self=*/false)) {
     torch::nn::Module& module = *item.value();
     const std::string& path = item.key();
@@ -153,6 +260,7 @@ void attach_placement_checks(torch::nn::Module& root, std::shared_ptr<TensorPara
       nn::add_forward_hook(module, std::make_shared<LeafOpCheck>(site, std::nullopt, weight_width(module), ctx));
     } else if (site.op == "residual add") {
       nn::add_forward_hook(module, std::make_shared<ResidualCheck>(site, ctx), nn::HookPosition::kOutermost);
+      if (auto* attention = dynamic_cast<models::Attention*>(&module)) attach_attention_checks(*attention, site, ctx);
     }
   }
 }

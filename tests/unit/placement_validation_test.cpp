@@ -107,10 +107,11 @@ TEST(PlacementValidation, PlansUnderFsdpAndWithReplicatedKvHeadsPass) {
 }
 
 // The message a plan's first forward raises in Validation mode ("" if none).
-std::string validation_error(const mesh::DeviceMesh& tp_mesh, const tp::ParallelizePlan& plan) {
+std::string validation_error(const mesh::DeviceMesh& tp_mesh, const tp::ParallelizePlan& plan,
+                             const std::string& flavour = "qwen3-debug") {
   models::ModelLoadOptions load;
   load.seed = 5;
-  auto model = models::AutoModelForCausalLM::from_pretrained("qwen3-debug", load);
+  auto model = models::AutoModelForCausalLM::from_pretrained(flavour, load);
   tp::parallelize_module(*model, tp_mesh, plan, {/*validate_placement=*/true});
   models::CausalLMInput in;
   in.input_ids = batch(model->config().vocab_size, 0);
@@ -164,6 +165,24 @@ TEST(PlacementValidation, PlantedPlanErrorsNameTheModuleTheOpAndBothPlacements) 
                     {"'model.layers.0.self_attn' (not in the plan), op residual add: output expected Replicate()",
                      "actual Partial(sum) or diverged"});
 
+    // 6. Sequence parallelism without the block's gather: attention's softmax needs every key.
+    tp::ParallelizePlan no_gather;
+    tp::RowwiseParallel sequence_out;
+    sequence_out.output_layout = dtensor::Shard(1);
+    no_gather.add("model.embed_tokens", sequence_out);
+    no_gather.add("model.layers.*.input_layernorm", tp::SequenceParallel{});
+    expect_mentions(validation_error(mesh, no_gather),
+                    {"'model.layers.0.self_attn' (not in the plan), op attention: input expected Replicate() with 128 features "
+                     "(softmax runs over every key), actual Shard(1)"});
+
+    // 7. Loss parallel's head without its loss: plain cross-entropy sees a vocab shard.
+    const auto config = models::debug_flavour_config("qwen3-debug");
+    tp::TensorParallelOptions lp;
+    lp.loss_parallel = true;
+    expect_mentions(validation_error(mesh, tp::plan_for(config, 2, lp)),
+                    {"'lm_head -> loss' (not in the plan), op cross-entropy: logits expected Replicate() with dim 2 of 512",
+                     "actual Shard(2) (lengths 256, 256 on dim 2 of 512"});
+
     // 5. A sharded input reaching a Linear the plan left whole.
     tp::ParallelizePlan no_down;
     no_down.add(mlp + "gate_proj", tp::ColwiseParallel{});
@@ -172,6 +191,19 @@ TEST(PlacementValidation, PlantedPlanErrorsNameTheModuleTheOpAndBothPlacements) 
                     {"'model.layers.0.mlp.down_proj' (not in the plan), op linear: input expected Replicate() or Shard(d) on a dim "
                      "other than the",
                      "actual Shard(2)"});
+  });
+}
+
+// 8. Heads split mid-head: llama-debug's q_proj is 4 heads of 32; over 3 ranks the ceil split
+// gives 43, 43 and 42 features, which attention cannot view as heads.
+TEST(PlacementValidation, AColwiseSplitThatCutsHeadsIsNamed) {
+  testing::run_on_ranks(3, [](testing::RankContext& ctx) {
+    const auto mesh = mesh::init_device_mesh(ctx.world, "cpu", {3}, {"tp"});
+    tp::ParallelizePlan cut;
+    cut.add("model.layers.*.self_attn.q_proj", tp::ColwiseParallel{});
+    expect_mentions(validation_error(mesh, cut, "llama-debug"),
+                    {"'model.layers.0.self_attn.q_proj' (ColwiseParallel), op view as [.., heads, head_dim]: output expected "
+                     "whole heads of 32 on every rank, actual widths 43, 43, 42"});
   });
 }
 

@@ -62,6 +62,8 @@ class TokenLoss {
   virtual at::Tensor sum(const at::Tensor& logits, const at::Tensor& labels) = 0;
   // Whole-vocabulary logits (for decoding) from the head's output.
   virtual at::Tensor full_logits(const at::Tensor& logits) { return logits; }
+  // Whether it takes this rank's vocab shard of the logits (loss parallel) or all of them.
+  virtual bool takes_vocab_shards() const { return false; }
 };
 
 class DecoderModel;  // src/models/decoder.h
@@ -80,6 +82,7 @@ class CausalLM : public torch::nn::Module {
   // the head computed when labels are given (a vocab shard under loss parallel), whole logits
   // otherwise.
   void set_token_loss(std::shared_ptr<TokenLoss> loss) { token_loss_ = std::move(loss); }
+  const std::shared_ptr<TokenLoss>& token_loss() const { return token_loss_; }
 
  private:
   ModelConfig config_;

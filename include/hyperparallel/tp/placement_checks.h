@@ -16,9 +16,14 @@
 //       norm        normalises the last dim: input Replicate or sharded on another dim
 //       attention, mlp, decoder layer: the residual add — the output must have the input's
 //                   placement (Replicate, or the same Shard), never Partial
+//       attention   softmax over every key: the hidden states its body projects are whole
+//                   (Replicate); q/k/v outputs viewed as [.., heads, head_dim]: whole heads on
+//                   every rank, and each rank's query heads a multiple of its kv heads (GQA)
+//       cross-entropy  logits Replicate over the vocabulary, or Shard(-1) with loss parallel
 // A mismatch is a UserError naming the module path, the style, the op, the expected and the
-// actual placement, raised on every rank at once. What is not checked: ops inside a module
-// body between its children (the rules above cover them as one op), and the loss.
+// actual placement, raised on every rank at once. Elementwise ops inside a body (the MLP's
+// activation product, rotary, the attention's scaling) are covered by the rules of the
+// modules around them, not checked one by one.
 #pragma once
 
 #include <ATen/core/Tensor.h>
