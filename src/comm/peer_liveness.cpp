@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "socket_store.h"
+
 namespace hyperparallel::comm {
 namespace {
 
@@ -66,13 +68,14 @@ void PeerLiveness::beat() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!changed_.wait_for(lock, interval_, [this] { return stop_; })) {
     std::vector<int> ranks;
-    for (const auto& w : watched_) ranks.push_back(w.rank);
+    std::vector<int64_t> previous;
+    for (const auto& w : watched_) ranks.push_back(w.rank), previous.push_back(w.count);
     lock.unlock();
     std::vector<int64_t> counts;
     bool answered = true;
     try {
-      store_->add(key_of(rank_), 1);
-      for (int r : ranks) counts.push_back(count_of(r));
+      beat_own_counter();
+      for (size_t i = 0; i < ranks.size(); ++i) counts.push_back(count_or(ranks[i], previous[i]));
     } catch (const std::exception&) {
       answered = false;  // the store is gone; the watchdog or the next collective reports it
     }
@@ -123,6 +126,28 @@ void PeerLiveness::judge() {
 
 int64_t PeerLiveness::count_of(int rank) const { return store_->add(key_of(rank), 0); }
 
+// The store refuses an add when something else wrote a non-number into a counter key; it is
+// up, so that is no sign of a dead host. This rank's own counter is written afresh (a jump,
+// which its watchers read as a beat). A peer's counter that cannot be read counts as moved:
+// the store answers and something is writing that key (a dead rank's key is not written), so
+// a stray writer cannot make the watchdog name a live rank or host as dead.
+void PeerLiveness::beat_own_counter() {
+  try {
+    store_->add(key_of(rank_), 1);
+  } catch (const StoreRefused&) {
+    const std::string fresh = std::to_string(++own_resets_ * 1'000'000'000LL);
+    store_->set(key_of(rank_), std::vector<uint8_t>(fresh.begin(), fresh.end()));
+  }
+}
+
+int64_t PeerLiveness::count_or(int rank, int64_t last) const {
+  try {
+    return count_of(rank);
+  } catch (const StoreRefused&) {
+    return last >= 0 ? last + 1 : last;
+  }
+}
+
 std::string PeerLiveness::describe_unresponsive(const std::vector<int>& world_ranks) const {
   std::vector<int> others;
   for (int r : world_ranks) {
@@ -132,7 +157,7 @@ std::string PeerLiveness::describe_unresponsive(const std::vector<int>& world_ra
     std::vector<int64_t> before;
     std::vector<int> ended_before;
     for (int r : others) {
-      before.push_back(count_of(r));
+      before.push_back(count_or(r, 0));
       if (before.back() < 0) ended_before.push_back(r);
     }
     // A member that has left the job is the answer; do not wait (the launcher may stop the
@@ -141,7 +166,7 @@ std::string PeerLiveness::describe_unresponsive(const std::vector<int>& world_ra
     std::this_thread::sleep_for(3 * interval_);
     std::vector<int> silent, ended;
     for (size_t i = 0; i < others.size(); ++i) {
-      const int64_t now = count_of(others[i]);
+      const int64_t now = count_or(others[i], before[i]);
       if (now < 0) {
         ended.push_back(others[i]);
       } else if (now == before[i]) {

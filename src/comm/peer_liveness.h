@@ -62,6 +62,8 @@ class PeerLiveness {
   void beat();   // heartbeat thread: own counter up, watched counters read
   void judge();  // watchdog thread: decides when someone has been silent too long
   int64_t count_of(int rank) const;  // throws when the store cannot be reached
+  void beat_own_counter();
+  int64_t count_or(int rank, int64_t last) const;  // moved past `last` when the store refuses the read
 
   c10::intrusive_ptr<SocketStore> store_;
   std::string store_address_;
@@ -71,6 +73,7 @@ class PeerLiveness {
   std::mutex mutex_;  // guards everything below
   std::condition_variable changed_;
   bool stop_ = false;
+  int64_t own_resets_ = 0;  // times this rank rewrote its corrupted counter (beat thread only)
   bool beat_ended_ = false;
   std::vector<Watched> watched_;
   Clock::time_point store_answered_;

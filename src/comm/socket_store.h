@@ -4,10 +4,14 @@
 // Why not c10d's TCPStore: in LibTorch 1.13 its server listens on every interface. Ours binds
 // exactly the master address — 127.0.0.1 for single-node jobs — so nothing outside the host
 // can reach a local job's store (docs/comm.md "Rendezvous").
-// Protocol: one request, one reply, over a persistent connection; strings and byte values
-// are length-prefixed. Blocking requests (get, wait) carry their timeout and block on the
-// server thread that serves the connection; one thread per client connection (a job has
-// one connection per rank). The server owns its threads and joins them in its destructor.
+// Protocol (store_protocol.h): one request, one reply, over a persistent connection; frames
+// are bounded (4 MiB) and read as their bytes arrive. Blocking requests (get, wait) carry
+// their timeout and block on the server thread that serves the connection; one thread per
+// client connection (a job has two per rank: requests and heartbeats). A hostile or broken
+// client cannot take the store down: a connection that ends is closed and its thread joined
+// at once, connections beyond a cap are turned away, a failure to start a thread or to accept
+// refuses that one connection, and a request that cannot be served (malformed, unknown, an
+// add on a key that holds no integer) is answered with an error and the connection kept.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -21,38 +25,56 @@
 #include <thread>
 #include <vector>
 
+#include "hyperparallel/comm/comm_handle.h"
+#include "store_protocol.h"
+
 namespace hyperparallel::comm {
 
 class StoreServer {
  public:
+  // Open connections beyond this are closed at once (a job uses two per rank).
+  static constexpr size_t kMaxConnections = 4096;
+
   // Binds host:port (an IPv4 address or a name that resolves to one of this host's
   // addresses; port 0: the kernel picks, see port()); throws UserError with the fix when it
   // cannot. listening_fd: a socket already listening on port (handed down by the launcher,
   // launch/free_port.h) to serve instead; when it is not one, host:port is bound.
-  StoreServer(const std::string& host, int port, int listening_fd = -1);
+  StoreServer(const std::string& host, int port, int listening_fd = -1, size_t max_connections = kMaxConnections);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
 
   const std::string& bound_address() const { return bound_address_; }
   int port() const { return port_; }
+  size_t connections() const;  // client connections open now
 
  private:
   bool adopt(int listening_fd);
   void bind_and_listen(const std::string& host);
   void accept_loop();
-  void serve(int fd);
+  void reap_finished();
+  void serve(uint64_t id, int fd);
+  store::Writer answer(const std::vector<uint8_t>& frame);
 
   std::string bound_address_;
   int port_ = 0;
+  size_t max_connections_;
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
-  std::mutex mutex_;  // guards data_, client_fds_ and threads_
+  mutable std::mutex mutex_;  // guards data_, open_, threads_, finished_, next_id_
   std::condition_variable changed_;
   std::map<std::string, std::vector<uint8_t>> data_;
-  std::vector<int> client_fds_;
-  std::vector<std::thread> threads_;
+  std::map<uint64_t, int> open_;              // connection id -> its socket
+  std::map<uint64_t, std::thread> threads_;   // connection id -> its thread
+  std::vector<uint64_t> finished_;            // connections whose thread has ended, to join
+  uint64_t next_id_ = 0;
   std::thread acceptor_;
+};
+
+// A request the store answered with an error (it is up; the request was refused).
+class StoreRefused : public CommError {
+ public:
+  using CommError::CommError;
 };
 
 class SocketStore : public c10d::Store {

@@ -1,6 +1,7 @@
 // The heartbeat watchdog in one process: several PeerLiveness objects stand for ranks on one
 // store. A rank that never beats is named after the timeout, a rank that ends cleanly is not
-// mistaken for a dead one, and a store that goes away is reported as such.
+// mistaken for a dead one, a store that goes away is reported as such, and heartbeat keys a
+// stray client overwrites do not make anyone look dead.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -105,6 +106,24 @@ TEST(PeerLiveness, EveryoneAliveMeansNoVerdict) {
   Verdict verdict;
   rank0->watch({0, 1}, 400ms, verdict.recorder());
   EXPECT_FALSE(verdict.wait(1500ms)) << verdict.message;
+  EXPECT_EQ(rank0->describe_unresponsive({0, 1}), "");
+}
+
+// A stray client writes text into the heartbeat counters (the store then refuses their adds):
+// the store is up and every rank alive, so the watchdog names nobody, and the counters recover.
+TEST(PeerLiveness, HeartbeatKeysOverwrittenWithTextAreNotMistakenForDeath) {
+  Store store;
+  auto rank0 = store.rank(0);
+  auto rank1 = store.rank(1);
+  Verdict verdict;
+  rank0->watch({0, 1}, 500ms, verdict.recorder());
+  comm::SocketStore stray("127.0.0.1", store.port, 5000ms);
+  const std::vector<uint8_t> text = {'n', 'o', 'p', 'e'};
+  for (auto end = Clock::now() + 1500ms; Clock::now() < end; std::this_thread::sleep_for(30ms)) {
+    stray.set("hp/alive/0", text);
+    stray.set("hp/alive/1", text);
+  }
+  EXPECT_FALSE(verdict.wait(800ms)) << verdict.message;
   EXPECT_EQ(rank0->describe_unresponsive({0, 1}), "");
 }
 
