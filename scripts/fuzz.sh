@@ -27,6 +27,7 @@ declare -A sources=(
   [tokenizer_encode]="src/data/tokenizer.cpp src/data/bpe_model.cpp src/data/utf8.cpp"
   [config]="src/train/train_config.cpp src/platform/suggest.cpp"
   [dataset]="src/data/sft_dataset.cpp src/data/chat_template.cpp src/platform/suggest.cpp"
+  [store]="src/comm/store_server.cpp src/comm/store_protocol.cpp"
 )
 declare -A libs=(
   [safetensors]="-ltorch_cpu -lc10"
@@ -34,9 +35,10 @@ declare -A libs=(
   [tokenizer_encode]="-lonig -lutf8proc"
   [config]="-lyaml-cpp"
   [dataset]=""
+  [store]="-ltorch_cpu -lc10 -lpthread"
 )
 targets=("$@")
-[[ ${#targets[@]} -eq 0 ]] && targets=(safetensors tokenizer tokenizer_encode config dataset)
+[[ ${#targets[@]} -eq 0 ]] && targets=(safetensors tokenizer tokenizer_encode config dataset store)
 
 compile() {  # source -> object, instrumented for coverage but without libFuzzer's main
   local src=$1 obj="$out/obj/$(echo "$1" | tr / _).o"

@@ -54,7 +54,9 @@ class StoreServer {
   void accept_loop();
   void reap_finished();
   void serve(uint64_t id, int fd);
-  store::Writer answer(const std::vector<uint8_t>& frame);
+  store::Writer answer(const std::vector<uint8_t>& frame, int fd);
+  template <typename Ready>
+  bool wait_for_keys(std::unique_lock<std::mutex>& lock, Ready& ready, std::chrono::milliseconds timeout, int fd);
 
   std::string bound_address_;
   int port_ = 0;

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -43,6 +44,13 @@ bool counter_value(const std::vector<uint8_t>& bytes, int64_t& out) {
   } catch (const std::exception&) {
     return false;
   }
+}
+
+// The client closed its side (a read would see the end); data still unread means it is there.
+bool peer_left(int fd) {
+  char c;
+  const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 }  // namespace
@@ -169,7 +177,7 @@ void StoreServer::serve(uint64_t id, int fd) {
   while (!stopping_ && store::recv_frame(fd, frame)) {
     Writer reply;
     try {
-      reply = answer(frame);
+      reply = answer(frame, fd);
     } catch (const std::exception& e) {  // a payload that does not parse: say so, keep the connection
       reply = error_reply(std::string("malformed request (") + e.what() + ")");
     }
@@ -184,7 +192,27 @@ void StoreServer::serve(uint64_t id, int fd) {
   finished_.push_back(id);
 }
 
-Writer StoreServer::answer(const std::vector<uint8_t>& frame) {
+// Waits until `ready` (timeout <= 0 or over a day: no limit), looking every second whether the client is
+// still there: a client that left must not keep a thread (and a connection slot) forever.
+template <typename Ready>
+bool StoreServer::wait_for_keys(std::unique_lock<std::mutex>& lock, Ready& ready, std::chrono::milliseconds timeout, int fd) {
+  // Beyond a day is no limit (a client's count of milliseconds must not overflow the clock).
+  const bool limited = timeout.count() > 0 && timeout <= std::chrono::hours(24);
+  const auto deadline = std::chrono::steady_clock::now() + (limited ? timeout : std::chrono::milliseconds(0));
+  while (!ready()) {
+    auto slice = std::chrono::milliseconds(1000);
+    if (limited) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      slice = std::min(slice, left);
+    }
+    if (changed_.wait_for(lock, slice, ready)) return true;
+    if (peer_left(fd)) return false;
+  }
+  return true;
+}
+
+Writer StoreServer::answer(const std::vector<uint8_t>& frame, int fd) {
   Reader in(frame);
   const auto op = static_cast<Op>(in.u8());
   std::unique_lock<std::mutex> lock(mutex_);
@@ -211,8 +239,7 @@ Writer StoreServer::answer(const std::vector<uint8_t>& frame) {
         }
         return true;
       };
-      const bool ok = timeout.count() <= 0 ? (changed_.wait(lock, ready), true) : changed_.wait_for(lock, timeout, ready);
-      if (!ok || stopping_) return reply.u8(static_cast<uint8_t>(Status::kTimeout));
+      if (!wait_for_keys(lock, ready, timeout, fd) || stopping_) return reply.u8(static_cast<uint8_t>(Status::kTimeout));
       reply.u8(static_cast<uint8_t>(Status::kOk));
       if (op == Op::kGet) reply.vec(data_[keys[0]]);
       return reply;
@@ -223,7 +250,7 @@ Writer StoreServer::answer(const std::vector<uint8_t>& frame) {
       auto& v = data_[key];
       int64_t now = 0;
       if (!counter_value(v, now)) return error_reply("add: key '" + key + "' holds a value that is not an integer");
-      now += delta;
+      if (__builtin_add_overflow(now, delta, &now)) return error_reply("add: key '" + key + "' would overflow a 64-bit integer");
       const std::string text = std::to_string(now);
       v.assign(text.begin(), text.end());
       changed_.notify_all();

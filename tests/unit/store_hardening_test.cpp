@@ -1,7 +1,8 @@
 // The rendezvous store against hostile and broken clients on the same host: a frame header
 // announcing a huge body costs nothing until the bytes come, connections that end free their
-// descriptor and thread at once, a flood beyond the cap is turned away, and requests it cannot
-// serve are answered with an error on a connection that stays usable. The job's own clients
+// descriptor and thread at once (also one that leaves mid-wait), a flood beyond the cap is
+// turned away, and requests it cannot serve are answered with an error on a connection that
+// stays usable. The job's own clients
 // keep working throughout.
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -161,6 +162,13 @@ TEST(StoreHardening, RequestsItCannotServeAreAnsweredWithAnErrorAndTheConnection
   }
   client.set("counter", bytes("41"));  // the same connection still works
   EXPECT_EQ(client.add("counter", 1), 42);
+  client.set("big", bytes("9223372036854775807"));
+  try {
+    client.add("big", 1);
+    ADD_FAILURE() << "an add past int64 succeeded";
+  } catch (const comm::StoreRefused& e) {
+    EXPECT_NE(std::string(e.what()).find("add: key 'big' would overflow a 64-bit integer"), std::string::npos) << e.what();
+  }
 
   const int fd = connect_to(server.port());
   const auto unknown = raw_request(fd, {99});
@@ -173,6 +181,21 @@ TEST(StoreHardening, RequestsItCannotServeAreAnsweredWithAnErrorAndTheConnection
   count.u8(static_cast<uint8_t>(comm::store::Op::kNumKeys));
   EXPECT_EQ(raw_request(fd, count.bytes).first, static_cast<int>(comm::store::Status::kOk));
   close(fd);
+}
+
+// A client that asks to wait without a limit for a key nobody sets, then leaves: its thread
+// and slot are freed within about a second, not kept until the key appears.
+TEST(StoreHardening, AClientThatLeavesMidWaitFreesItsConnection) {
+  StoreServer server("127.0.0.1", 0);
+  for (int i = 0; i < 5; ++i) {
+    const int fd = connect_to(server.port());
+    comm::store::Writer wait;
+    wait.u8(static_cast<uint8_t>(comm::store::Op::kWait)).i64(1).str("never-set").i64(0);  // 0: no limit
+    ASSERT_TRUE(comm::store::send_frame(fd, wait.bytes));
+    close(fd);
+  }
+  EXPECT_TRUE(wait_until([&] { return server.connections() == 0; }, 4s)) << server.connections() << " still open";
+  expect_serves(server.port());
 }
 
 }  // namespace
