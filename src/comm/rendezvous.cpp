@@ -1,6 +1,7 @@
 #include "hyperparallel/comm/rendezvous.h"
 
 #include <arpa/inet.h>
+#include <signal.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 
@@ -219,6 +221,11 @@ RendezvousInfo rendezvous_info_from_env(const EnvLookup& env) {
 }
 
 std::shared_ptr<Communicator> init_process_group(const RendezvousInfo& info, const CommOptions& options) {
+  // Gloo writes to its peers' sockets without MSG_NOSIGNAL: with SIGPIPE at its default, a
+  // peer that dies kills this rank too, and the launcher may name it instead of the peer.
+  // Ignore it unless the program has chosen a handler (docs/comm.md "Rendezvous").
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
   if (info.world_size < 1 || info.rank < 0 || info.rank >= info.world_size) {
     throw UserError("rank " + std::to_string(info.rank) + " is outside the world size " + std::to_string(info.world_size));
   }

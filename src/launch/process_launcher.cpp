@@ -193,6 +193,9 @@ std::string RankOutcome::describe() const {
   return text + " exited with code " + std::to_string(exit_code);
 }
 
+// How long a SIGPIPE death waits for the failure that caused it before it is named.
+constexpr std::chrono::seconds kRootCauseGrace{2};
+
 LaunchResult launch_ranks(const LaunchSpec& spec_in) {
   LaunchSpec spec = spec_in;
   validate(spec);
@@ -229,6 +232,8 @@ LaunchResult launch_ranks(const LaunchSpec& spec_in) {
   bool killed = false;
   Clock::time_point kill_at{};
   std::optional<Clock::time_point> pipes_deadline;
+  std::optional<RankOutcome> consequence;  // a SIGPIPE death, named only if nothing else fails
+  Clock::time_point consequence_deadline{};
   auto stop_all = [&](int sig) {
     for (auto& c : children) {
       if (!c.running) continue;
@@ -274,10 +279,22 @@ LaunchResult launch_ranks(const LaunchSpec& spec_in) {
       c.outcome.signal = c.outcome.signaled ? WTERMSIG(status) : 0;
       c.outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
       killpg(c.outcome.pid, SIGKILL);  // whatever the rank left behind in its group
-      if (!c.outcome.ok() && !stopping) {
-        result.first_failure = c.outcome;
-        stop_all(SIGTERM);
+      if (c.outcome.ok() || stopping) continue;
+      // A rank killed by SIGPIPE wrote to a peer that had already gone: a consequence. Give
+      // the root cause a moment to show before naming anyone.
+      if (c.outcome.signaled && c.outcome.signal == SIGPIPE) {
+        if (!consequence) {
+          consequence = c.outcome;
+          consequence_deadline = Clock::now() + kRootCauseGrace;
+        }
+        continue;
       }
+      result.first_failure = c.outcome;
+      stop_all(SIGTERM);
+    }
+    if (consequence && !stopping && Clock::now() >= consequence_deadline) {
+      result.first_failure = consequence;
+      stop_all(SIGTERM);
     }
 
     if (g_received_signal != 0 && result.launcher_signal == 0) {
@@ -310,6 +327,7 @@ LaunchResult launch_ranks(const LaunchSpec& spec_in) {
     }
   }
 
+  if (!result.first_failure && consequence) result.first_failure = consequence;  // every other rank ended first
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGPIPE, &old_pipe, nullptr);

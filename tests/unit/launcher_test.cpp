@@ -91,6 +91,23 @@ TEST(Launcher, ARankKilledBySigkillStopsTheJobNamingTheRank) {
   EXPECT_TRUE(processes_with(marker()).empty()) << "orphans left behind";
 }
 
+// A rank killed by SIGPIPE wrote to a peer that had gone: the launcher waits briefly for the
+// failure that caused it and names that one; alone, the SIGPIPE death is named.
+TEST(Launcher, ASigpipeDeathIsNotTakenForTheRootCause) {
+  const auto r = run_subprocess(run_cli(
+      3, "if [ \"$RANK\" = 0 ]; then sleep 0.3; kill -PIPE $$; fi; if [ \"$RANK\" = 1 ]; then sleep 1; exit 3; fi; exec sleep " +
+             marker()));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(rank 1 \(pid [0-9]+\) exited with code 3)"))) << r.output;
+  EXPECT_TRUE(processes_with(marker()).empty()) << "orphans left behind";
+  const auto alone = run_subprocess(run_cli(2, "if [ \"$RANK\" = 0 ]; then sleep 0.3; kill -PIPE $$; fi; exec sleep " + marker()));
+  EXPECT_EQ(alone.exit_code, 128 + SIGPIPE) << alone.output;
+  EXPECT_TRUE(std::regex_search(alone.output, std::regex(R"(rank 0 \(pid [0-9]+\) was killed by signal 13 \(SIGPIPE\))")))
+      << alone.output;
+  EXPECT_LT(alone.seconds, 15.0);
+  EXPECT_TRUE(processes_with(marker()).empty()) << "orphans left behind";
+}
+
 TEST(Launcher, ARankIgnoringSigtermIsKilledAfterTheGracePeriod) {
   // Rank 0 fails; rank 1 ignores SIGTERM, so only the SIGKILL 10 s later ends it.
   const auto r = run_subprocess(

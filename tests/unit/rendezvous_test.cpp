@@ -1,6 +1,7 @@
 // Rendezvous reads torchrun-, Open MPI- and Slurm-style variables, with clear errors; real
 // ranks rendezvous through each style; an unreachable master fails within the timeout.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <map>
@@ -125,6 +126,10 @@ TEST_P(RendezvousStyles, RealRanksJoinThroughEachLauncherStyle) {
         at::Tensor t = at::full({1}, static_cast<double>(ctx.rank));
         ctx.world->all_reduce(t).wait();
         EXPECT_EQ(t.item<float>(), 3.0f);  // 0 + 1 + 2: every rank joined with its own rank
+        // Joining ignores SIGPIPE: a write to a peer that died is an error, not this rank's death.
+        struct sigaction pipe {};
+        sigaction(SIGPIPE, nullptr, &pipe);
+        EXPECT_EQ(pipe.sa_handler, SIG_IGN);
       },
       options);
 }

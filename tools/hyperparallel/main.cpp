@@ -2,6 +2,7 @@
 // exit codes (2 = user error, 1 = failure).
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -50,6 +51,10 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return argc < 2 ? kExitUserError : kExitOk;
   }
+  // A write to a peer that has gone must be an error (EPIPE) the code reports, not a signal
+  // that kills this rank and hides the rank that failed first (Python, where PyTorch runs,
+  // ignores SIGPIPE the same way).
+  std::signal(SIGPIPE, SIG_IGN);
   const std::string command = argv[1];
   cli::Args args(argv + 2, argv + argc);
   try {
