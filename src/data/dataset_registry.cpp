@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hyperparallel/data/synthetic_sft.h"
+#include "hyperparallel/io/user_files.h"
 #include "hyperparallel/platform/suggest.h"
 #include "hyperparallel/platform/user_error.h"
 
@@ -33,15 +34,10 @@ std::vector<std::string> split_names(const std::string& names) {
 }
 
 Json read_dataset_info(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) return Json();
-  try {
-    Json info = Json::parse(in);
-    if (!info.is_object()) throw UserError(path.string() + " must be a JSON object of dataset name -> entry");
-    return info;
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(path.string() + " is not valid JSON (" + e.what() + ")");
-  }
+  if (!fs::exists(path)) return Json();
+  Json info = io::read_user_json(path.string(), io::kMaxSmallJsonBytes, "dataset_info.json");
+  if (!info.is_object()) throw UserError(path.string() + " must be a JSON object of dataset name -> entry");
+  return info;
 }
 
 // Copies string fields of `section` into the schema, refusing unknown ones.

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "hyperparallel/io/user_files.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel::data {
@@ -104,11 +105,7 @@ DatasetFormat parse_dataset_format(const std::string& name) {
 
 std::vector<Conversation> load_sft_file(const std::string& path, DatasetFormat format, const SftLoadOptions& options,
                                         SftLoadReport* report) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError("cannot read dataset file " + path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  const std::string text = io::read_user_file(path, io::kMaxDatasetBytes, "dataset file");
   // (where, record text or parsed record) pairs.
   std::vector<std::pair<std::string, Json>> records;
   std::vector<std::pair<std::string, std::string>> unparsed;
@@ -125,6 +122,9 @@ std::vector<Conversation> load_sft_file(const std::string& path, DatasetFormat f
       start = nl + 1;
     }
   } else {
+    if (!io::json_nesting_within(text.data(), text.size(), io::kMaxUserJsonDepth)) {
+      throw UserError(path + " nests JSON deeper than " + std::to_string(io::kMaxUserJsonDepth) + " levels");
+    }
     Json all;
     try {
       all = Json::parse(text);
@@ -154,6 +154,10 @@ std::vector<Conversation> load_sft_file(const std::string& path, DatasetFormat f
   };
   for (const auto& [where, record_text] : unparsed) {
     if (options.max_samples && static_cast<int64_t>(out.size()) >= *options.max_samples) break;
+    if (!io::json_nesting_within(record_text.data(), record_text.size(), io::kMaxUserJsonDepth)) {
+      handle_bad(where, "nests JSON deeper than " + std::to_string(io::kMaxUserJsonDepth) + " levels");
+      continue;
+    }
     Json record;
     try {
       record = Json::parse(record_text);

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "bpe_model.h"
+#include "hyperparallel/io/user_files.h"
 #include "hyperparallel/platform/user_error.h"
 #include "utf8.h"
 
@@ -116,14 +117,8 @@ std::string string_pattern(const Json& pattern, const std::string& where) {
 // tokenizer_config.json's bos/eos/pad entries: a string, {"content": string} or null.
 SpecialTokens read_special_tokens(const fs::path& config_path) {
   SpecialTokens tokens;
-  std::ifstream in(config_path);
-  if (!in) return tokens;
-  Json config;
-  try {
-    config = Json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(config_path.string() + " is not valid JSON (" + e.what() + ")");
-  }
+  if (!fs::exists(config_path)) return tokens;
+  const Json config = io::read_user_json(config_path.string(), io::kMaxSmallJsonBytes, "tokenizer_config.json");
   const auto entry = [&](const char* key) -> std::string {
     if (!config.is_object() || !config.contains(key) || config[key].is_null()) return "";
     const Json& v = config[key];
@@ -194,16 +189,7 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer Tokenizer::from_file(const std::string& path_or_dir) {
   if (!fs::exists(path_or_dir)) throw UserError("tokenizer " + path_or_dir + " does not exist (a tokenizer.json file or a folder with one)");
   const std::string path = fs::is_directory(path_or_dir) ? (fs::path(path_or_dir) / "tokenizer.json").string() : path_or_dir;
-  std::ifstream in(path);
-  if (!in) throw UserError("cannot read tokenizer file " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  Json j;
-  try {
-    j = Json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(path + " is not valid JSON (" + e.what() + ")");
-  }
+  const Json j = io::read_user_json(path, io::kMaxTokenizerBytes, "tokenizer file");
   auto impl = std::make_unique<Impl>();
   try {
     const Json& m = j.at("model");

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "hyperparallel/io/user_files.h"
 #include "hyperparallel/platform/user_error.h"
 #include "io/atomic_write.h"
 
@@ -39,18 +40,7 @@ HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
     throw UserError("model folder " + dir + " has neither " + kSingleFile + " nor " + kIndexFile +
                     "; point model_name_or_path at a folder saved by save_pretrained");
   }
-  if (fs::file_size(index_path) > kMaxIndexBytes) {
-    throw UserError(index_path.string() + " is larger than " + std::to_string(kMaxIndexBytes) + " bytes; not an index");
-  }
-  std::ifstream in(index_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(index_path.string() + " is not valid JSON (" + e.what() + ")");
-  }
+  nlohmann::json index = read_user_json(index_path.string(), kMaxIndexBytes, "the checkpoint index");
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
     throw UserError(index_path.string() + " has no weight_map object");
   }

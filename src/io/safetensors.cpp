@@ -15,6 +15,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "hyperparallel/io/user_files.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel::io {
@@ -35,27 +36,6 @@ std::string supported_names() {
   std::string out;
   for (const auto& d : kDtypes) out += std::string(out.empty() ? "" : ", ") + d.name;
   return out;
-}
-
-// Rejects JSON nested deeper than `limit` before a recursive parser sees it (a hostile
-// header of 100 MB of '[' would otherwise exhaust the stack).
-bool nesting_within(const char* text, uint64_t length, int limit) {
-  int depth = 0;
-  bool in_string = false;
-  for (uint64_t i = 0; i < length; ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > limit) return false;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return true;
 }
 
 bool multiply_overflows(uint64_t a, uint64_t b, uint64_t* out) {
@@ -91,7 +71,8 @@ struct SafetensorsFile::Mapping {
 };
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: opening a FIFO put in the file's place must not wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw UserError("cannot open safetensors file " + path + ": " + std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -133,7 +114,7 @@ SafetensorsFile::~SafetensorsFile() = default;
 
 void SafetensorsFile::parse_header(const char* json_text, uint64_t length, uint64_t data_size) {
   const std::string where = "safetensors file " + path_;
-  if (!nesting_within(json_text, length, kMaxJsonDepth)) {
+  if (!json_nesting_within(json_text, length, kMaxJsonDepth)) {
     throw UserError(where + ": header JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
   nlohmann::ordered_json header;

@@ -2,11 +2,13 @@
 #include "hyperparallel/models/model_config.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "hyperparallel/io/user_files.h"
 #include "hyperparallel/platform/suggest.h"
 #include "hyperparallel/platform/user_error.h"
 
@@ -156,12 +158,7 @@ int64_t ModelConfig::parameter_count() const {
 }
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& where) {
-  Json json;
-  try {
-    json = Json::parse(json_text);
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(where + " is not valid JSON (" + e.what() + ")");
-  }
+  const Json json = io::parse_user_json(json_text, where);
   if (!json.is_object()) throw UserError(where + " must hold a JSON object");
   Reader r(json, where);
   const Family& family = pick_family(r);
@@ -230,11 +227,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 
 ModelConfig load_model_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) throw UserError("cannot read " + path + "; a model folder needs config.json (or use a built-in flavour: qwen3-debug, ...)");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_model_config(text.str(), path);
+  if (!std::filesystem::exists(path)) {
+    throw UserError("cannot read " + path + "; a model folder needs config.json (or use a built-in flavour: qwen3-debug, ...)");
+  }
+  return parse_model_config(io::read_user_file(path, io::kMaxSmallJsonBytes, "config.json"), path);
 }
 
 std::string model_config_json(const ModelConfig& c, const std::string& torch_dtype) {

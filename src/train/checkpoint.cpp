@@ -16,6 +16,7 @@
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/io/safetensors.h"
 #include "hyperparallel/platform/fault_injection.h"
+#include "hyperparallel/io/user_files.h"
 #include "hyperparallel/platform/user_error.h"
 #include "io/atomic_write.h"
 
@@ -336,10 +337,9 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& outpu
 
 CheckpointInfo read_checkpoint_info(const std::string& dir) {
   const std::string path = (fs::path(dir) / kStateFile).string();
-  std::ifstream in(path);
-  if (!in) throw UserError("cannot read " + path + "; is " + dir + " a checkpoint folder?");
+  if (!fs::exists(path)) throw UserError("cannot read " + path + "; is " + dir + " a checkpoint folder?");
+  const nlohmann::json j = io::read_user_json(path, io::kMaxSmallJsonBytes, "the checkpoint state");
   try {
-    const nlohmann::json j = nlohmann::json::parse(in);
     CheckpointInfo info;
     info.step = j.at("step").get<int64_t>();
     info.sampler_position = j.at("sampler_position");

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "hyperparallel/io/user_files.h"
 #include "hyperparallel/platform/user_error.h"
 #include "io/atomic_write.h"
 
@@ -22,9 +23,20 @@ TrainerLog::TrainerLog(const std::string& output_dir, int64_t resume_step) {
   std::string kept_text;
   if (resume_step > 0) {
     std::ifstream in(path);
+    int64_t number = 0;
     for (std::string line; std::getline(in, line);) {
+      ++number;
+      if (!io::json_nesting_within(line.data(), line.size(), io::kMaxUserJsonDepth)) {
+        throw UserError(path + ":" + std::to_string(number) + " nests JSON deeper than " + std::to_string(io::kMaxUserJsonDepth) +
+                        " levels; it is not a line this trainer wrote (remove it, or resume into a fresh output_dir)");
+      }
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.contains("step") || !j.contains("loss")) continue;  // a line cut by a kill
+      if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j.contains("loss")) continue;  // a line cut by a kill
+      if (!j["step"].is_number_integer() || !j["loss"].is_number()) {
+        throw UserError(path + ":" + std::to_string(number) +
+                        ": 'step' must be an integer and 'loss' a number; it is not a line this trainer wrote (remove it, or resume "
+                        "into a fresh output_dir)");
+      }
       if (j["step"].get<int64_t>() > resume_step) break;
       kept_.emplace_back(j["step"].get<int64_t>(), j["loss"].get<double>());
       kept_text += line + "\n";
