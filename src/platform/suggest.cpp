@@ -21,6 +21,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  // Edit distance is quadratic: a word far longer than any name has no close one anyway.
+  if (word.size() > kMaxSuggestedWord) return "";
   const size_t limit = std::max<size_t>(2, word.size() / 3);
   const std::string* best = nullptr;
   size_t best_distance = limit + 1;
@@ -32,6 +34,11 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
     }
   }
   return best ? " (did you mean '" + *best + "'?)" : "";
+}
+
+std::string excerpt(const std::string& text, size_t max_chars) {
+  if (text.size() <= max_chars) return "'" + text + "'";
+  return "'" + text.substr(0, max_chars) + "...' (" + std::to_string(text.size()) + " bytes)";
 }
 
 std::string join_names(const std::vector<std::string>& names) {

@@ -20,8 +20,12 @@ struct Value {
   std::string source;
 };
 
+// Counts and steps beyond this are not a training run; a bound keeps products from overflowing.
+constexpr int64_t kMaxCount = int64_t{1} << 40;
+constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;  // a week
+
 [[noreturn]] void bad_value(const std::string& key, const Value& v, const std::string& allowed) {
-  std::string text = v.node.IsScalar() ? "'" + v.node.Scalar() + "'" : v.node.IsSequence() ? "a list" : "a mapping";
+  std::string text = v.node.IsScalar() ? excerpt(v.node.Scalar()) : v.node.IsSequence() ? "a list" : "a mapping";
   throw UserError(v.source + ": " + key + ": " + text + " is not allowed; expected " + allowed);
 }
 
@@ -31,9 +35,10 @@ bool as_bool(const std::string& key, const Value& v) {
   return out;
 }
 
-int64_t as_int(const std::string& key, const Value& v, int64_t min, const std::string& allowed) {
+int64_t as_int(const std::string& key, const Value& v, int64_t min, const std::string& allowed, int64_t max = kMaxCount) {
   int64_t out = 0;
   if (!v.node.IsScalar() || !YAML::convert<int64_t>::decode(v.node, out) || out < min) bad_value(key, v, allowed);
+  if (out > max) bad_value(key, v, "an integer <= " + std::to_string(max));
   return out;
 }
 
@@ -69,9 +74,17 @@ struct KeyDef {
   Setter set;
 };
 
-Setter int_at_least(int64_t TrainConfig::*field, int64_t min) {
+Setter int_at_least(int64_t TrainConfig::*field, int64_t min, int64_t max = kMaxCount) {
   return [=](TrainConfig& c, const std::string& k, const Value& v) {
-    c.*field = as_int(k, v, min, "an integer >= " + std::to_string(min));
+    c.*field = as_int(k, v, min, "an integer >= " + std::to_string(min), max);
+  };
+}
+Setter timeout_seconds(double TrainConfig::*field, bool zero_is_off) {
+  return [=](TrainConfig& c, const std::string& k, const Value& v) {
+    const std::string allowed = std::string(zero_is_off ? "0 (off) or " : "") + "a number of seconds in [1, 604800]";
+    const double s = as_float(k, v, 0, kMaxTimeoutSeconds, false, false, allowed);
+    if (s < 1 && !(zero_is_off && s == 0)) bad_value(k, v, allowed);
+    c.*field = s;
   };
 }
 // -1 (automatic) or a positive integer; `field` picks the member, also inside a section.
@@ -135,7 +148,7 @@ void set_plan_overrides(TrainConfig& c, const std::string& k, const Value& v) {
       } else if (name == "replace_module") {
         o.replace_module = item.second.Scalar();
       } else {
-        throw UserError(v.source + ": " + where + " has unknown key '" + name + "'" +
+        throw UserError(v.source + ": " + where + " has unknown key " + excerpt(name) +
                         did_you_mean(name, {"match", "module_type", "replace_module"}) + "; keys: match, module_type, replace_module");
       }
     }
@@ -164,7 +177,7 @@ const std::vector<KeyDef>& key_table() {
         {{"dataset", "string", "(required)", "comma-separated names from dataset_dir/dataset_info.json or built-in synthetic datasets"}, text(&C::dataset)},
         {{"dataset_dir", "string", "data", "folder with dataset_info.json"}, text(&C::dataset_dir)},
         {{"template", "default | llama2 | llama3 | qwen | qwen3", "(required)", "chat template that renders the conversations"}, choice(&C::chat_template, {"default", "llama2", "llama3", "qwen", "qwen3"})},
-        {{"cutoff_len", "int >= 2", "2048", "tokens per sample (and per packed row); longer samples are cut"}, int_at_least(&C::cutoff_len, 2)},
+        {{"cutoff_len", "int in [2, 16777216]", "2048", "tokens per sample (and per packed row); longer samples are cut"}, int_at_least(&C::cutoff_len, 2, 1 << 24)},
         {{"max_samples", "int >= 1", "null", "first N samples of each dataset; null: all"}, [](C& c, const std::string& k, const Value& v) { c.max_samples = as_int(k, v, 1, "an integer >= 1"); }},
         {{"packing", "bool", "false", "concatenate samples into rows of cutoff_len, positions restarting per sample"}, boolean(&C::packing)},
         {{"train_on_prompt", "bool", "false", "take the loss on prompt tokens too"}, boolean(&C::train_on_prompt)},
@@ -179,8 +192,8 @@ const std::vector<KeyDef>& key_table() {
         {{"save_total_limit", "int >= 1", "null", "keep at most N checkpoints (oldest removed); null: all"}, [](C& c, const std::string& k, const Value& v) { c.save_total_limit = as_int(k, v, 1, "an integer >= 1"); }},
         {{"plot_loss", "bool", "false", "write training_loss.svg"}, boolean(&C::plot_loss)},
         // training
-        {{"per_device_train_batch_size", "int >= 1", "1", "rows per rank per micro-batch"}, int_at_least(&C::per_device_train_batch_size, 1)},
-        {{"gradient_accumulation_steps", "int >= 1", "1", "micro-batches per optimizer step"}, int_at_least(&C::gradient_accumulation_steps, 1)},
+        {{"per_device_train_batch_size", "int in [1, 1048576]", "1", "rows per rank per micro-batch"}, int_at_least(&C::per_device_train_batch_size, 1, 1 << 20)},
+        {{"gradient_accumulation_steps", "int in [1, 1048576]", "1", "micro-batches per optimizer step"}, int_at_least(&C::gradient_accumulation_steps, 1, 1 << 20)},
         {{"learning_rate", "float > 0", "5.0e-5", "peak learning rate of AdamW"}, positive_float(&C::learning_rate)},
         {{"weight_decay", "float >= 0", "0.0", "AdamW's decoupled weight decay"}, [](C& c, const std::string& k, const Value& v) { c.weight_decay = as_float(k, v, 0, INFINITY, false, false, "a number >= 0"); }},
         {{"adam_beta1", "float in [0, 1)", "0.9", "AdamW beta1"}, fraction(&C::adam_beta1, false)},
@@ -197,11 +210,11 @@ const std::vector<KeyDef>& key_table() {
         {{"seed", "int >= 0", "42", "model initialisation (debug flavours) and data order"}, int_at_least(&C::seed, 0)},
         {{"resume_from_checkpoint", "string", "\"\"", "a checkpoint folder, or latest (the newest complete one in output_dir)"}, text(&C::resume_from_checkpoint)},
         // processes
-        {{"nproc_per_node", "int >= 1", "1", "local ranks that `hyperparallel train` starts (ignored under a launcher)"}, int_at_least(&C::nproc_per_node, 1)},
-        {{"comm_timeout_s", "float > 0", "300", "a collective that waits longer fails the run"}, positive_float(&C::comm_timeout_s)},
-        {{"heartbeat_timeout_s", "float >= 0", "30", "a rank whose heartbeat stops this long (or a silent store) ends the run, even inside a collective; 0 = off"}, [](C& c, const std::string& k, const Value& v) { c.heartbeat_timeout_s = as_float(k, v, 0, INFINITY, false, false, "a number >= 0 (0 = off)"); }},
+        {{"nproc_per_node", "int in [1, 4096]", "1", "local ranks that `hyperparallel train` starts (ignored under a launcher)"}, int_at_least(&C::nproc_per_node, 1, 4096)},
+        {{"comm_timeout_s", "float in [1, 604800]", "300", "a collective that waits longer fails the run"}, timeout_seconds(&C::comm_timeout_s, false)},
+        {{"heartbeat_timeout_s", "float, 0 or in [1, 604800]", "30", "a rank whose heartbeat stops this long (or a silent store) ends the run, even inside a collective; 0 = off"}, timeout_seconds(&C::heartbeat_timeout_s, true)},
         // LlamaFactory keys accepted so its configs run unchanged
-        {{"ddp_timeout", "int >= 1", "null", "LlamaFactory's name for comm_timeout_s (seconds)"}, [](C& c, const std::string& k, const Value& v) { c.comm_timeout_s = static_cast<double>(as_int(k, v, 1, "an integer >= 1 (seconds)")); }},
+        {{"ddp_timeout", "int in [1, 604800]", "null", "LlamaFactory's name for comm_timeout_s (seconds)"}, [](C& c, const std::string& k, const Value& v) { c.comm_timeout_s = static_cast<double>(as_int(k, v, 1, "an integer >= 1 (seconds)", 604800)); }},
         {{"overwrite_cache", "bool", "false", "no effect: there is no preprocessing cache (each run tokenizes its data at the start)"}, boolean(&C::overwrite_cache)},
         {{"preprocessing_num_workers", "int >= 1", "null", "no effect: each rank tokenizes in one thread"}, [](C& c, const std::string& k, const Value& v) { c.preprocessing_num_workers = as_int(k, v, 1, "an integer >= 1"); }},
         {{"report_to", "none", "none", "experiment trackers (wandb, tensorboard, ...) are not supported; trainer_log.jsonl has the metrics"}, choice(&C::report_to, {"none"})},
@@ -283,18 +296,26 @@ std::vector<std::string> all_keys() {
       }
     }
   }
-  throw UserError(source + ": unknown key '" + key + "'" + hint + "; every key is listed in docs/config.md");
+  throw UserError(source + ": unknown key " + excerpt(key) + hint + "; every key is listed in docs/config.md");
 }
 
 // Flattens a YAML mapping into key -> value, descending into the sections.
-void collect(const YAML::Node& map, const std::string& prefix, const std::string& source, std::map<std::string, Value>& out) {
+// A key given twice is an error naming both lines: YAML's "last one wins" would silently drop one.
+void collect(const YAML::Node& map, const std::string& prefix, const std::string& source, std::map<std::string, Value>& out,
+             std::map<std::string, int>& lines) {
   for (const auto& item : map) {
     if (!item.first.IsScalar()) throw UserError(source + ": keys must be plain names");
     const std::string key = prefix + item.first.Scalar();
+    const int line = item.first.Mark().line + 1;
+    const auto [seen, fresh] = lines.emplace(key, line);
+    if (!fresh) {
+      throw UserError(source + ": key " + excerpt(key) + " is given twice (lines " + std::to_string(seen->second) + " and " +
+                      std::to_string(line) + "); keep one");
+    }
     if (sections().count(key)) {
       if (item.second.IsNull()) continue;
       if (!item.second.IsMap()) throw UserError(source + ": " + key + " must be a mapping of its keys (see docs/config.md)");
-      collect(item.second, key + ".", source, out);
+      collect(item.second, key + ".", source, out, lines);
       continue;
     }
     if (!find_key(key)) unknown_key(key, source);
@@ -357,7 +378,8 @@ TrainConfig load_train_config(const std::string& yaml_path, const std::vector<st
     }
     if (!root.IsNull()) {
       if (!root.IsMap()) throw UserError(yaml_path + " must be a mapping of keys to values (see docs/config.md)");
-      collect(root, "", yaml_path, values);
+      std::map<std::string, int> lines;
+      collect(root, "", yaml_path, values, lines);
     }
   }
   for (const std::string& o : overrides) {

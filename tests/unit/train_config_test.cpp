@@ -36,6 +36,16 @@ const std::string kValid =
     "max_samples: 64\n"
     "max_steps: 1\n";
 
+// kValid without its line for `key`.
+std::string valid_without(const std::string& key) {
+  std::string out;
+  std::istringstream in(kValid);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key + ":", 0) != 0) out += line + "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST(TrainConfig, SchemaIsFrozen) {
@@ -148,14 +158,26 @@ TEST(TrainConfig, BadConfigsFailWithExitCode2NamingTheKey) {
       {"tokenizer: /nonexistent\n", "tokenizer /nonexistent does not exist"},
       {"nproc_per_node: many\n", "nproc_per_node: 'many'"},
       {"comm_timeout_s: 0\n", "comm_timeout_s: '0'"},
-      {"heartbeat_timeout_s: -5\n", "heartbeat_timeout_s: '-5' is not allowed; expected a number >= 0 (0 = off)"},
+      {"comm_timeout_s: 1e30\n", "comm_timeout_s: '1e30' is not allowed; expected a number of seconds in [1, 604800]"},
+      {"comm_timeout_s: 1e-9\n", "comm_timeout_s: '1e-9' is not allowed; expected a number of seconds in [1, 604800]"},
+      {"heartbeat_timeout_s: -5\n", "heartbeat_timeout_s: '-5' is not allowed; expected 0 (off) or a number of seconds in [1, 604800]"},
+      {"heartbeat_timeout_s: 1e30\n", "heartbeat_timeout_s: '1e30' is not allowed"},
+      {"ddp_timeout: 100000000000\n", "ddp_timeout: '100000000000' is not allowed; expected an integer <= 604800"},
+      {"nproc_per_node: 4294967297\n", "nproc_per_node: '4294967297' is not allowed; expected an integer <= 4096"},
+      {"per_device_train_batch_size: 4611686018427387905\n", "per_device_train_batch_size: '4611686018427387905' is not allowed; expected an integer <= 1048576"},
+      {"gradient_accumulation_steps: 2000000\n", "gradient_accumulation_steps: '2000000' is not allowed; expected an integer <= 1048576"},
+      {"max_steps: 99999999999999999\n", "max_steps: '99999999999999999' is not allowed; expected an integer <= 1099511627776"},
+      {"learning_rate: 1.0e-4\nlearning_rate: 2.0e-4\n", "key 'learning_rate' is given twice (lines "},
+      {"fsdp_config:\n  dp_shard_size: 2\n  dp_shard_size: 1\n", "key 'fsdp_config.dp_shard_size' is given twice"},
+      {"? " + std::string(300000, 'k') + "\n: 1\n", "unknown key '" + std::string(120, 'k') + "...' (300000 bytes); every key"},
+      {"template: " + std::string(300000, 'q') + "\n", "template: '" + std::string(120, 'q') + "...' (300000 bytes) is not allowed"},
       {"key without a value\n", "unknown key 'key without a value'"},
       {"learning_rate: [1\n", "is not valid YAML"},
   };
   for (const auto& [bad, expected] : cases) {
     SCOPED_TRACE(bad);
-    // The bad line comes last so it overrides the valid value of the same key.
-    const std::string yaml = kValid + out + bad;
+    // The bad lines replace the valid value of the same key (a key given twice is an error).
+    const std::string yaml = valid_without(bad.substr(0, bad.find(':'))) + out + bad;
     const auto run = hp::testing::run_subprocess({HP_CLI_PATH, "train", write_yaml("bad", yaml)});
     EXPECT_EQ(run.exit_code, 2) << run.output;
     EXPECT_NE(run.output.find(expected), std::string::npos) << run.output;

@@ -11,8 +11,12 @@ namespace hyperparallel {
 size_t edit_distance(const std::string& a, const std::string& b);
 
 // " (did you mean 'x'?)" for the closest candidate within a third of the word's length (at
-// least 2 edits), else "".
+// least 2 edits), else "" (also for a word over kMaxSuggestedWord bytes).
+inline constexpr size_t kMaxSuggestedWord = 256;
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+
+// A user's text quoted for a message, cut to `max_chars` with its length: 'abc...' (104857600 bytes).
+std::string excerpt(const std::string& text, size_t max_chars = 120);
 
 // "a, b, c"
 std::string join_names(const std::vector<std::string>& names);
