@@ -23,8 +23,8 @@ common=(-std=c++17 -O1 -g -fno-omit-frame-pointer -D_GLIBCXX_USE_CXX11_ABI=1 -Ii
 # target: its library sources and libraries
 declare -A sources=(
   [safetensors]="src/io/safetensors.cpp src/io/user_files.cpp"
-  [tokenizer]="src/data/tokenizer.cpp src/data/bpe_model.cpp src/data/utf8.cpp src/io/user_files.cpp"
-  [tokenizer_encode]="src/data/tokenizer.cpp src/data/bpe_model.cpp src/data/utf8.cpp src/io/user_files.cpp"
+  [tokenizer]="src/data/tokenizer.cpp src/data/bpe_model.cpp src/data/utf8.cpp src/io/user_files.cpp src/platform/suggest.cpp"
+  [tokenizer_encode]="src/data/tokenizer.cpp src/data/bpe_model.cpp src/data/utf8.cpp src/io/user_files.cpp src/platform/suggest.cpp"
   [config]="src/train/train_config.cpp src/platform/suggest.cpp"
   [dataset]="src/data/sft_dataset.cpp src/data/chat_template.cpp src/platform/suggest.cpp src/io/user_files.cpp"
   [store]="src/comm/store_server.cpp src/comm/store_protocol.cpp"

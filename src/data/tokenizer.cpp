@@ -13,6 +13,7 @@
 
 #include "bpe_model.h"
 #include "hyperparallel/io/user_files.h"
+#include "hyperparallel/platform/suggest.h"
 #include "hyperparallel/platform/user_error.h"
 #include "utf8.h"
 
@@ -22,12 +23,17 @@ using Json = nlohmann::json;
 
 namespace {
 
-// A token id from tokenizer.json: a non-negative integer (nlohmann converts a float such as
-// 2.3e45 to int64 with undefined behaviour, so it is refused by name first).
+// The largest token id a tokenizer.json may use: tables are sized by the largest id, and the
+// largest real vocabularies are ~256 k.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
+// A token id from tokenizer.json: an integer in [0, kMaxTokenId] (nlohmann converts a float
+// such as 2.3e45 to int64 with undefined behaviour, so it is refused by name first).
 int64_t token_id(const Json& v, const std::string& path, const std::string& what) {
-  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) ||
-      v.get<int64_t>() < 0) {
-    throw UserError(path + ": " + what + " is " + v.dump() + ", not a token id (a non-negative integer)");
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(kMaxTokenId)) ||
+      v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTokenId) {
+    throw UserError(path + ": " + what + " is " + excerpt(v.dump(), 40, false) + ", not a token id (an integer in [0, " +
+                    std::to_string(kMaxTokenId) + "])");
   }
   return v.get<int64_t>();
 }

@@ -2,6 +2,7 @@
 #include "hyperparallel/models/model_config.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -14,6 +15,15 @@
 
 namespace hyperparallel::models {
 namespace {
+
+// Bounds on what a config.json may say, far above every published model (the largest
+// vocabularies are ~256 k, hidden sizes ~16 k, layers ~128, experts ~512).
+constexpr int64_t kMaxSize = int64_t{1} << 24;  // vocab, widths, positions
+constexpr int64_t kMaxCount = 8192;              // layers, heads
+constexpr int64_t kMaxExperts = 65536;
+constexpr double kMaxParameters = 1e13;
+
+
 
 using Json = nlohmann::ordered_json;
 
@@ -42,14 +52,17 @@ class Reader {
 
   bool has(const char* key) const { return json_.contains(key) && !json_[key].is_null(); }
 
-  int64_t integer(const char* key, std::optional<int64_t> fallback, int64_t min_value) const {
+  // Sizes beyond `max_value` describe no model that exists; they are refused before anything is
+  // allocated from them.
+  int64_t integer(const char* key, std::optional<int64_t> fallback, int64_t min_value, int64_t max_value = kMaxSize) const {
     if (!has(key)) {
       if (fallback) return *fallback;
       throw UserError(where_ + ": required key " + key + " is missing");
     }
     const Json& v = json_[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < min_value) {
-      throw UserError(where_ + ": " + key + " = " + v.dump() + " must be an integer >= " + std::to_string(min_value));
+    if (!v.is_number_integer() || v.get<int64_t>() < min_value || v.get<int64_t>() > max_value) {
+      throw UserError(where_ + ": " + key + " = " + excerpt(v.dump(), 40, false) + " must be an integer in [" + std::to_string(min_value) +
+                      ", " + std::to_string(max_value) + "]");
     }
     return v.get<int64_t>();
   }
@@ -157,6 +170,25 @@ int64_t ModelConfig::parameter_count() const {
   return total;
 }
 
+namespace {
+
+// Each size may be in bounds and their product still absurd (and overflow the counts below).
+void check_plausible_size(const ModelConfig& c, const std::string& where) {
+  const double hidden = static_cast<double>(c.hidden_size), layers = static_cast<double>(c.num_hidden_layers);
+  const double attention = hidden * static_cast<double>(c.head_dim) * static_cast<double>(c.num_attention_heads + c.num_key_value_heads) * 2;
+  const double mlp = c.num_experts > 0 ? static_cast<double>(c.num_experts) * 3 * hidden * static_cast<double>(c.moe_intermediate_size)
+                                       : 3 * hidden * static_cast<double>(c.intermediate_size);
+  const double total = 2 * static_cast<double>(c.vocab_size) * hidden + layers * (attention + mlp);
+  if (total > kMaxParameters) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.3g", total);
+    throw UserError(where + " describes a model of about " + std::string(text) +
+                    " parameters; that is no model a job here can hold (check the sizes in it)");
+  }
+}
+
+}  // namespace
+
 ModelConfig parse_model_config(const std::string& json_text, const std::string& where) {
   const Json json = io::parse_user_json(json_text, where);
   if (!json.is_object()) throw UserError(where + " must hold a JSON object");
@@ -168,9 +200,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.vocab_size = r.integer("vocab_size", std::nullopt, 1);
   c.hidden_size = r.integer("hidden_size", std::nullopt, 1);
   c.intermediate_size = r.integer("intermediate_size", std::nullopt, 1);
-  c.num_hidden_layers = r.integer("num_hidden_layers", std::nullopt, 1);
-  c.num_attention_heads = r.integer("num_attention_heads", std::nullopt, 1);
-  c.num_key_value_heads = r.integer("num_key_value_heads", c.num_attention_heads, 1);
+  c.num_hidden_layers = r.integer("num_hidden_layers", std::nullopt, 1, kMaxCount);
+  c.num_attention_heads = r.integer("num_attention_heads", std::nullopt, 1, kMaxCount);
+  c.num_key_value_heads = r.integer("num_key_value_heads", c.num_attention_heads, 1, kMaxCount);
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     throw UserError(where + ": num_attention_heads " + std::to_string(c.num_attention_heads) +
                     " must be a multiple of num_key_value_heads " + std::to_string(c.num_key_value_heads));
@@ -201,8 +233,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     throw UserError(where + ": use_sliding_window = true is not supported yet; set it to false");
   }
   if (c.model_type == "qwen3_moe") {
-    c.num_experts = r.integer("num_experts", std::nullopt, 1);
-    c.num_experts_per_tok = r.integer("num_experts_per_tok", std::nullopt, 1);
+    c.num_experts = r.integer("num_experts", std::nullopt, 1, kMaxExperts);
+    c.num_experts_per_tok = r.integer("num_experts_per_tok", std::nullopt, 1, kMaxExperts);
     if (c.num_experts_per_tok > c.num_experts) {
       throw UserError(where + ": num_experts_per_tok " + std::to_string(c.num_experts_per_tok) + " exceeds num_experts " +
                       std::to_string(c.num_experts));
@@ -221,6 +253,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       }
     }
   }
+  check_plausible_size(c, where);
   c.source_json = json_text;
   return c;
 }

@@ -36,9 +36,10 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
   return best ? " (did you mean '" + *best + "'?)" : "";
 }
 
-std::string excerpt(const std::string& text, size_t max_chars) {
-  if (text.size() <= max_chars) return "'" + text + "'";
-  return "'" + text.substr(0, max_chars) + "...' (" + std::to_string(text.size()) + " bytes)";
+std::string excerpt(const std::string& text, size_t max_chars, bool quoted) {
+  const std::string q = quoted ? "'" : "";
+  if (text.size() <= max_chars) return q + text + q;
+  return q + text.substr(0, max_chars) + "..." + q + " (" + std::to_string(text.size()) + " bytes)";
 }
 
 std::string join_names(const std::vector<std::string>& names) {

@@ -288,6 +288,13 @@ TEST(Models, BadConfigsAndFoldersNameTheProblem) {
       {"\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1", "unexpected [model.layers.1."},
       {"\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3", "missing [model.layers.2."},
       {"\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true", "(no error)"},  // an extra lm_head is ignored
+      // Sizes no model has are refused before anything is allocated from them.
+      {"\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1000000000", "num_hidden_layers = 1000000000 must be an integer in [1, 8192]"},
+      {"\"vocab_size\": 512", "\"vocab_size\": 1000000000000", "vocab_size = 1000000000000 must be an integer in [1, 16777216]"},
+      {"\"num_attention_heads\": 4", "\"num_attention_heads\": 1099511627776", "num_attention_heads = 1099511627776 must be an integer in [1, 8192]"},
+      // Each size in bounds, their product absurd (the last key wins a duplicate in JSON).
+      {"\"vocab_size\": 512", "\"vocab_size\": 512, \"num_hidden_layers\": 8000, \"intermediate_size\": 16000000",
+       "describes a model of about 2.46e+13 parameters"},
   };
   for (const auto& c : cases) {
     const std::string dir = edited_fixture("llama3_rope", c.from, c.to);

@@ -90,6 +90,10 @@ TEST(Tokenizer, MalformedFilesFailWithTheFileNamed) {
             std::string::npos);
   EXPECT_NE(error_of("{" + bpe + R"(, "added_tokens": [{"id": -4, "content": "<s>"}]})").find("added token id is -4, not a token id"),
             std::string::npos);
+  // An id far beyond any vocabulary would size the tables: refused before allocating.
+  EXPECT_NE(error_of("{" + bpe + R"(, "added_tokens": [{"id": 300000000, "content": "<s>"}]})")
+                .find("added token id is 300000000, not a token id (an integer in [0, 16777215])"),
+            std::string::npos);
   EXPECT_THROW(hp::data::Tokenizer::from_file(dir + "/nonexistent.json"), hp::UserError);
   // A minimal valid one: merges apply; without a decoder, decode joins tokens with spaces.
   std::ofstream(dir + "/tokenizer.json", std::ios::trunc) << "{" + bpe + "}";

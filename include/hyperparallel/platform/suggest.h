@@ -15,8 +15,9 @@ size_t edit_distance(const std::string& a, const std::string& b);
 inline constexpr size_t kMaxSuggestedWord = 256;
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
-// A user's text quoted for a message, cut to `max_chars` with its length: 'abc...' (104857600 bytes).
-std::string excerpt(const std::string& text, size_t max_chars = 120);
+// A user's text quoted for a message, cut to `max_chars` with its length: 'abc...' (104857600
+// bytes); unquoted for a JSON value's own text.
+std::string excerpt(const std::string& text, size_t max_chars = 120, bool quoted = true);
 
 // "a, b, c"
 std::string join_names(const std::vector<std::string>& names);
