@@ -30,6 +30,18 @@ std::vector<std::vector<int64_t>> generate(CausalLM& model, const std::vector<st
     if (p.empty()) throw UserError("generate: a prompt has no tokens");
     longest = std::max(longest, p.size());
   }
+  // The model's context bounds the prompt and what may follow it (positions past
+  // max_position_embeddings are outside what it was trained on; the cache would grow unbounded).
+  const int64_t context = model.config().max_position_embeddings;
+  if (static_cast<int64_t>(longest) >= context) {
+    throw UserError("generate: the prompt has " + std::to_string(longest) + " tokens; the model's context is " +
+                    std::to_string(context) + " (max_position_embeddings), so shorten the prompt");
+  }
+  if (options.max_new_tokens > context - static_cast<int64_t>(longest)) {
+    throw UserError("generate: " + std::to_string(longest) + " prompt tokens + max_new_tokens " + std::to_string(options.max_new_tokens) +
+                    " exceed the model's context of " + std::to_string(context) + " (max_position_embeddings); use at most " +
+                    std::to_string(context - static_cast<int64_t>(longest)) + " new tokens");
+  }
   at::NoGradGuard no_grad;
   at::Generator rng = at::make_generator<at::CPUGeneratorImpl>(options.seed);
 

@@ -116,3 +116,25 @@ TEST(Generation, BadArgumentsAreUserErrors) {
   in.attention_mask = at::ones({1, 3}, at::kLong);  // must cover the 3 cached tokens too
   EXPECT_THROW(model->forward(in), hp::UserError);
 }
+
+// The model's context bounds the prompt and the tokens after it: a prompt as long as the
+// context, or a request for 2^31 - 1 new tokens, is refused up front (not an OOM later).
+TEST(Generation, ThePromptAndNewTokensMustFitTheContext) {
+  auto model = model_of("qwen3-debug", false);
+  const int64_t context = model->config().max_position_embeddings;
+  const auto error_of = [&](size_t prompt_tokens, int64_t new_tokens) {
+    GenerationOptions options;
+    options.max_new_tokens = new_tokens;
+    try {
+      hp::models::generate(*model, {std::vector<int64_t>(prompt_tokens, 3)}, options);
+    } catch (const hp::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of(static_cast<size_t>(context), 1).find("the prompt has " + std::to_string(context) + " tokens; the model's context is"),
+            std::string::npos);
+  const std::string e = error_of(10, 2147483647);
+  EXPECT_NE(e.find("use at most " + std::to_string(context - 10) + " new tokens"), std::string::npos) << e;
+  EXPECT_EQ(error_of(10, 2), "");
+}

@@ -5,6 +5,9 @@
 // The prompt is rendered as one user turn by the chat template (default: the model family's,
 // qwen3 / qwen / llama3 / llama2) with the assistant opening, decoded with a KV cache until an
 // end-of-turn token, and the answer is printed. Temperature 0 (the default) is greedy.
+// --max-new-tokens defaults to 128 (fewer when the model's context leaves less room); a prompt
+// or a request that does not fit the context (max_position_embeddings) is a one-line error.
+#include <algorithm>
 #include <iostream>
 
 #include "commands.h"
@@ -44,7 +47,7 @@ int generate_command(const Args& args) {
       "usage: generate --model DIR --prompt TEXT [--template NAME] [--system TEXT] [--max-new-tokens N] [--temperature T] "
       "[--seed S] [--thinking]";
   std::string model_dir, prompt, template_name, system, v;
-  int max_new_tokens = 128, seed = 0;
+  int max_new_tokens = -1, seed = 0;  // -1: up to 128, as the context allows
   double temperature = 0;
   bool thinking = false;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -77,12 +80,14 @@ int generate_command(const Args& args) {
   render.add_generation_prompt = true;
   render.enable_thinking = thinking;
 
+  const std::vector<int64_t> ids = tokenizer.encode(chat_template.render(messages, render));
   models::GenerationOptions options;
-  options.max_new_tokens = max_new_tokens;
+  const int64_t room = model->config().max_position_embeddings - static_cast<int64_t>(ids.size());
+  options.max_new_tokens = max_new_tokens > 0 ? max_new_tokens : std::max<int64_t>(1, std::min<int64_t>(128, room));
   options.temperature = temperature;
   options.seed = static_cast<uint64_t>(seed);
   options.stop_ids = tokenizer.end_of_turn_ids();
-  const auto answer = models::generate(*model, {tokenizer.encode(chat_template.render(messages, render))}, options);
+  const auto answer = models::generate(*model, {ids}, options);
   std::cout << tokenizer.decode(answer[0], true) << "\n";
   return 0;
 }
