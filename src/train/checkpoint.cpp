@@ -310,12 +310,27 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointInfo&
     fs::remove_all(final_dir);
     fs::rename(partial, final_dir);
     if (save_total_limit > 0) {
-      const auto all_checkpoints = list_checkpoints(output_dir);
-      for (size_t i = 0; i + static_cast<size_t>(save_total_limit) < all_checkpoints.size(); ++i) fs::remove_all(all_checkpoints[i]);
+      std::vector<std::string> older;  // this run's line: steps up to the one just written
+      for (const auto& dir : list_checkpoints(output_dir)) {
+        if (step_of(dir) <= info.step) older.push_back(dir);
+      }
+      for (size_t i = 0; i + static_cast<size_t>(save_total_limit) < older.size(); ++i) fs::remove_all(older[i]);
     }
   }
   world.barrier().wait();
   return final_dir.string();
+}
+
+std::vector<std::string> supersede_later_checkpoints(const std::string& output_dir, int64_t step) {
+  std::vector<std::string> renamed;
+  for (const auto& dir : list_checkpoints(output_dir)) {
+    if (step_of(dir) <= step) continue;
+    std::string target = dir + ".superseded-" + std::to_string(step);
+    for (int n = 2; fs::exists(target); ++n) target = dir + ".superseded-" + std::to_string(step) + "-" + std::to_string(n);
+    fs::rename(dir, target);
+    renamed.push_back(target);
+  }
+  return renamed;
 }
 
 std::string resolve_checkpoint(const std::string& spec, const std::string& output_dir) {

@@ -21,6 +21,7 @@
 #include "hyperparallel/train/checkpoint.h"
 #include "hyperparallel/train/lr_schedule.h"
 #include "heldout_eval.h"
+#include "output_dir.h"
 #include "parallelize.h"
 #include "train_data.h"
 #include "train_output.h"
@@ -33,25 +34,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 // Rank 0 decides whether output_dir may be used; every rank learns the verdict.
-void prepare_output_dir(const TrainConfig& c, comm::Communicator& world) {
-  std::string problem;
-  if (world.rank() == 0) {
-    std::error_code ec;
-    const bool used = fs::exists(fs::path(c.output_dir) / "trainer_log.jsonl", ec) ||
-                      fs::exists(fs::path(c.output_dir) / "train_summary.json", ec);
-    if (used && !c.overwrite_output_dir && c.resume_from_checkpoint.empty()) {
-      problem = "output_dir " + c.output_dir +
-                " already holds a run (trainer_log.jsonl); set overwrite_output_dir: true, resume it, or pick another folder";
-    } else {
-      fs::create_directories(c.output_dir, ec);
-      if (ec) problem = "cannot create output_dir " + c.output_dir + ": " + ec.message();
-    }
-  }
-  at::Tensor flag = at::full({1}, problem.empty() ? 0 : 1, at::kInt);
-  world.broadcast(flag, 0).wait();
-  if (flag.item<int>() != 0) throw UserError(world.rank() == 0 ? problem : "rank 0 could not use output_dir " + c.output_dir);
-}
-
 // AdamW with HF's grouping: no weight decay on biases and norm weights.
 std::unique_ptr<torch::optim::AdamW> make_optimizer(const TrainConfig& c, models::CausalLM& model) {
   std::vector<at::Tensor> decay, no_decay;
@@ -154,7 +136,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   const bool leader = world->rank() == 0;
   const TrainConfig c = resolve_auto_choices(requested, *world, log);
   check_heldout_config(c);
-  prepare_output_dir(c, *world);
+  const auto output_lock = prepare_output_dir(c, *world);
   TrainData data = prepare_train_data(c);
 
   const ParallelLayout layout = build_layout(c, world);
@@ -203,12 +185,15 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   data::SamplerPosition position;
   int64_t start_step = 0;
   std::string resumed_from;
+  std::vector<std::string> superseded;  // later checkpoints of the run this one branches from
   if (!c.resume_from_checkpoint.empty()) {
     resumed_from = resolve_checkpoint(c.resume_from_checkpoint, c.output_dir);
     const CheckpointInfo info = resume_checkpoint(resumed_from, c, sampler, static_cast<int64_t>(data.rows.size()), total_steps);
     load_checkpoint(resumed_from, *model, optimizer.get(), world->rank());
     start_step = info.step;
     position = sampler.position_from_json(info.sampler_position.dump());
+    if (leader) superseded = supersede_later_checkpoints(c.output_dir, start_step);
+    world->barrier().wait();  // no rank saves before the old line is out of the way
   }
   ProgressDisplay screen(log, leader && progress_bar, total_steps);
   const auto save = [&](int64_t steps_done) {
@@ -238,6 +223,10 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
                      : "model.validate_placement: no tp axis (tp_size 1), so no placement to check\n");
     }
     if (!resumed_from.empty()) log << "resumed from " << resumed_from << " at step " << start_step << "\n";
+    for (const auto& dir : superseded) {
+      log << "kept " << dir << ": a checkpoint of the run that went on past step " << start_step
+          << "; it is not 'latest' and this run does not touch it\n";
+    }
     for (const auto& s : data.load_report.skipped) log << "skipped: " << s << "\n";
     for (const auto& s : data.sample_report.dropped) log << "dropped: " << s << "\n";
     if (data.sample_report.truncated) log << data.sample_report.truncated << " samples cut at cutoff_len " << c.cutoff_len << "\n";

@@ -184,6 +184,33 @@ TEST(Checkpoint, LatestSkipsUnfinishedSavesAndResumesInPlace) {
   fs::remove_all(dir);
 }
 
+// Resuming from an older checkpoint branches off: the later checkpoints of the first run are
+// kept under a new name (never deleted by rotation, never taken for "latest"), and rotation
+// removes only checkpoints older than the one just written.
+TEST(Checkpoint, ResumingFromAnOlderCheckpointLosesNothingOfTheLaterRun) {
+  const std::string dir = temp_dir("branch");
+  train_on(2, dir, {"per_device_train_batch_size=4", "save_total_limit=3"});  // checkpoints 4, 8, 12
+  std::string state12;
+  if (!hp::testing::is_rank_process()) {
+    std::ifstream in(dir + "/checkpoint-12/trainer_state.json");
+    state12.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  train_on(2, dir,
+           {"per_device_train_batch_size=4", "resume_from_checkpoint=" + dir + "/checkpoint-4", "save_total_limit=1",
+            "save_steps=2", "max_steps=8"},
+           false);
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint-8.superseded-4/trainer_state.json"));
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint-12.superseded-4/trainer_state.json"));
+  std::ifstream in(dir + "/checkpoint-12.superseded-4/trainer_state.json");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), state12) << "the later run's checkpoint changed";
+  // This run's line: 6 then 8 written, only the newest kept (limit 1).
+  EXPECT_EQ(hp::train::list_checkpoints(dir), std::vector<std::string>{dir + "/checkpoint-8"});
+  EXPECT_EQ(hp::train::resolve_checkpoint("latest", dir), dir + "/checkpoint-8");
+  EXPECT_EQ(hp::train::read_checkpoint_info(dir + "/checkpoint-8").step, 8);
+  EXPECT_EQ(logged_losses(dir).rbegin()->first, 8);  // the log is this run's line too
+  fs::remove_all(dir);
+}
+
 TEST(Checkpoint, DamagedOrMismatchedCheckpointsAreRefusedByName) {
   const std::string dir = temp_dir("damaged");
   train_on(2, dir, {"per_device_train_batch_size=4", "max_steps=4"});

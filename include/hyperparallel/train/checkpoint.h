@@ -58,7 +58,9 @@ struct CheckpointExtras {
   std::string tokenizer_dir;
 };
 
-// Collective over `world`. Returns the checkpoint folder.
+// Collective over `world`. Returns the checkpoint folder. With save_total_limit N > 0 the
+// oldest complete checkpoints *before* this step are removed so that N remain; a checkpoint of
+// a later step is never removed (it belongs to a run this one did not continue).
 std::string save_checkpoint(const std::string& output_dir, const CheckpointInfo& info, const CheckpointExtras& extras,
                             torch::nn::Module& model, torch::optim::AdamW& optimizer, comm::Communicator& world,
                             int64_t save_total_limit);
@@ -77,5 +79,10 @@ CheckpointInfo load_checkpoint(const std::string& dir, torch::nn::Module& model,
 
 // The complete checkpoints in output_dir, oldest step first.
 std::vector<std::string> list_checkpoints(const std::string& output_dir);
+
+// Resuming at `step` starts a new line of checkpoints: those in output_dir of later steps (a
+// run that went on from there) are renamed checkpoint-<s>.superseded-<step> — kept, but no
+// longer "latest" and no longer overwritten. Returns the new names. Rank 0 only.
+std::vector<std::string> supersede_later_checkpoints(const std::string& output_dir, int64_t step);
 
 }  // namespace hyperparallel::train
