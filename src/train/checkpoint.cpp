@@ -288,8 +288,17 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointInfo&
   }
   tensors.emplace_back("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
   const std::string mine = (partial / rank_file(world.rank())).string();
-  io::write_safetensors(mine, tensors, {{"format", "pt"}, {"shards", shards.dump()}});
-  if (world.options().faults) world.options().faults->pass("checkpoint_file_written", world.global_rank());
+  try {
+    io::write_safetensors(mine, tensors, {{"format", "pt"}, {"shards", shards.dump()}});
+    if (world.options().faults) world.options().faults->pass("checkpoint_file_written", world.global_rank());
+  } catch (...) {
+    // A failed save (a full disk, say) must not leave its pieces behind: they would keep the
+    // disk full for the resume. The next run's start sweeps what other ranks left.
+    std::error_code ec;
+    fs::remove(mine, ec);
+    if (world.rank() == 0) fs::remove_all(partial, ec);
+    throw;
+  }
 
   // Every rank's checksum and size to rank 0, which writes the state file last and renames.
   const std::string sum = file_checksum(mine);
@@ -304,9 +313,15 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointInfo&
                                 {"bytes", all[2 * r + 1].item<int64_t>()},
                                 {"fnv1a64", hex64(static_cast<uint64_t>(all[2 * r].item<int64_t>()))}});
     }
-    if (!extras.config_json.empty()) io::write_file_atomically((partial / "config.json").string(), extras.config_json);
-    if (!extras.tokenizer_dir.empty()) data::copy_tokenizer_files(extras.tokenizer_dir, partial.string());
-    io::write_file_atomically((partial / kStateFile).string(), state.dump(2) + "\n");
+    try {
+      if (!extras.config_json.empty()) io::write_file_atomically((partial / "config.json").string(), extras.config_json);
+      if (!extras.tokenizer_dir.empty()) data::copy_tokenizer_files(extras.tokenizer_dir, partial.string());
+      io::write_file_atomically((partial / kStateFile).string(), state.dump(2) + "\n");
+    } catch (...) {
+      std::error_code ec;
+      fs::remove_all(partial, ec);
+      throw;
+    }
     fs::remove_all(final_dir);
     fs::rename(partial, final_dir);
     if (save_total_limit > 0) {
@@ -319,6 +334,18 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointInfo&
   }
   world.barrier().wait();
   return final_dir.string();
+}
+
+std::vector<std::string> remove_unfinished_saves(const std::string& output_dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(output_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool partial = name.rfind(kPrefix, 0) == 0 && name.size() > 8 && name.compare(name.size() - 8, 8, ".partial") == 0;
+    if (partial && entry.is_directory()) removed.push_back(entry.path().string());
+  }
+  for (const auto& dir : removed) fs::remove_all(dir, ec);
+  return removed;
 }
 
 std::vector<std::string> supersede_later_checkpoints(const std::string& output_dir, int64_t step) {

@@ -14,6 +14,7 @@
 
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/train/checkpoint.h"
 
 namespace hyperparallel::train {
 namespace fs = std::filesystem;
@@ -102,6 +103,7 @@ std::string check_and_create(const TrainConfig& c, int& lock_fd) {
     return "output_dir " + c.output_dir + " is in use by another run (process " + (holder.empty() ? "?" : holder) +
            "); wait for it to end or pick another folder";
   }
+  remove_unfinished_saves(out.string());  // held by this run now: no save of another is under way
   const std::string pid = std::to_string(getpid()) + "\n";
   if (ftruncate(lock_fd, 0) != 0 || ::write(lock_fd, pid.data(), pid.size()) < 0) {
     // the lock holds without the pid; only the message would lack it

@@ -211,6 +211,31 @@ TEST(Checkpoint, ResumingFromAnOlderCheckpointLosesNothingOfTheLaterRun) {
   fs::remove_all(dir);
 }
 
+// A save that fails (here an injected error right after a rank wrote its file; a full disk
+// fails the same way) leaves no pieces to keep the disk full, and the next run resumes.
+TEST(Checkpoint, AFailedSaveLeavesNothingBehindAndTheRunResumes) {
+  const std::string out = temp_dir("failed_save");
+  fs::remove_all(out);
+  const std::vector<std::string> run = {HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--heldout_eval_samples=0",
+                                        "--max_steps=20", "--save_steps=10", "--nproc_per_node=2", "--fsdp_config.dp_shard_size=-1",
+                                        "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer", "--output_dir=" + out};
+  const auto failed = hp::testing::run_subprocess(run, {std::chrono::seconds(120), {{"HP_FAULT_INJECT", "0:checkpoint_file_written:2:throw"}}});
+  EXPECT_NE(failed.exit_code, 0) << failed.output;
+  EXPECT_TRUE(fs::exists(out + "/checkpoint-10/trainer_state.json")) << failed.output;  // the first save finished
+  EXPECT_FALSE(fs::exists(out + "/checkpoint-20.partial")) << "the failed save left its pieces";
+  // A save killed outright leaves a .partial folder; the next run that claims the folder sweeps it.
+  fs::create_directories(out + "/checkpoint-15.partial");
+  std::ofstream(out + "/checkpoint-15.partial/rank-00000.safetensors") << std::string(4096, 'x');
+  std::vector<std::string> resume = run;
+  resume.push_back("--resume_from_checkpoint=latest");
+  const auto resumed = hp::testing::run_subprocess(resume, {std::chrono::seconds(120)});
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + out + "/checkpoint-10 at step 10"), std::string::npos) << resumed.output;
+  EXPECT_FALSE(fs::exists(out + "/checkpoint-15.partial"));
+  EXPECT_TRUE(fs::exists(out + "/checkpoint-20/trainer_state.json"));
+  fs::remove_all(out);
+}
+
 TEST(Checkpoint, DamagedOrMismatchedCheckpointsAreRefusedByName) {
   const std::string dir = temp_dir("damaged");
   train_on(2, dir, {"per_device_train_batch_size=4", "max_steps=4"});

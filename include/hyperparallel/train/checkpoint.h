@@ -80,6 +80,10 @@ CheckpointInfo load_checkpoint(const std::string& dir, torch::nn::Module& model,
 // The complete checkpoints in output_dir, oldest step first.
 std::vector<std::string> list_checkpoints(const std::string& output_dir);
 
+// Removes checkpoint-<step>.partial folders: saves that did not finish (a killed job, a full
+// disk). Only for the run that holds output_dir (rank 0, after claiming it). Returns them.
+std::vector<std::string> remove_unfinished_saves(const std::string& output_dir);
+
 // Resuming at `step` starts a new line of checkpoints: those in output_dir of later steps (a
 // run that went on from there) are renamed checkpoint-<s>.superseded-<step> — kept, but no
 // longer "latest" and no longer overwritten. Returns the new names. Rank 0 only.
