@@ -95,6 +95,18 @@ Conversation from_sharegpt(const Json& r, const DatasetSchema& schema) {
   return c;
 }
 
+// A conversation's text is tokenized whole before cutoff_len cuts it, and BPE needs tens of
+// bytes per byte of text: one 200 MB record would need gigabytes. No sample a trainer keeps
+// comes near the bound.
+void check_size(const Conversation& c) {
+  size_t bytes = 0;
+  for (const auto& m : c.messages) bytes += m.content.size();
+  if (bytes > kMaxConversationBytes) {
+    throw BadRecord{"its text is " + std::to_string(bytes) + " bytes; a record may hold at most " +
+                    std::to_string(kMaxConversationBytes) + " (cutoff_len keeps far fewer tokens anyway)"};
+  }
+}
+
 }  // namespace
 
 DatasetFormat parse_dataset_format(const std::string& name) {
@@ -146,6 +158,7 @@ std::vector<Conversation> load_sft_file(const std::string& path, DatasetFormat f
     try {
       if (!record.is_object()) throw BadRecord{"a record must be a JSON object"};
       Conversation c = format == DatasetFormat::kAlpaca ? from_alpaca(record, options.schema) : from_sharegpt(record, options.schema);
+      check_size(c);
       c.source = where;
       out.push_back(std::move(c));
     } catch (const BadRecord& bad) {

@@ -1,7 +1,7 @@
 // Files a user points us at, made hostile: a FIFO in a file's place (open() would block
 // forever), /dev/zero behind a symlink (a read that never ends), JSON nested 100 000 deep (a
-// recursive parser's stack), and a trainer log line of the wrong types. Each is a one-line
-// UserError naming the file, at once.
+// recursive parser's stack), a record too large to tokenize, and a trainer log line of the
+// wrong types. Each is a one-line UserError naming the file (or a bad record), at once.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -106,6 +106,24 @@ TEST(HostileFiles, DeeplyNestedJsonIsRefusedBeforeParsing) {
   EXPECT_NE(report.skipped[0].find("data.jsonl:2: nests JSON deeper than 128 levels"), std::string::npos) << report.skipped[0];
   // Nesting inside strings does not count.
   EXPECT_TRUE(hp::io::json_nesting_within("[\"[[[[[[\"]", 10, 2));
+  fs::remove_all(dir);
+}
+
+// One record of 17 MiB would cost gigabytes to tokenize before cutoff_len cuts it: it is a bad
+// record (skipped under the skip policy, named under stop).
+TEST(HostileFiles, AHugeRecordIsABadRecordNotAnOutOfMemory) {
+  const std::string dir = fresh_dir("record");
+  write(dir + "/data.jsonl", R"({"instruction": "a", "output": "b"})" "\n" R"({"instruction": ")" + std::string(17u << 20, 'x') +
+                                 R"(", "output": "b"})" "\n");
+  hp::data::SftLoadOptions skip;
+  skip.on_bad_record = hp::data::BadRecordPolicy::kSkip;
+  hp::data::SftLoadReport report;
+  EXPECT_EQ(hp::data::load_sft_file(dir + "/data.jsonl", hp::data::DatasetFormat::kAlpaca, skip, &report).size(), 1u);
+  ASSERT_EQ(report.skipped.size(), 1u);
+  EXPECT_NE(report.skipped[0].find("data.jsonl:2: its text is 17825793 bytes; a record may hold at most 16777216"), std::string::npos)
+      << report.skipped[0];
+  EXPECT_NE(error_of([&] { hp::data::load_sft_file(dir + "/data.jsonl", hp::data::DatasetFormat::kAlpaca); }).find("data.jsonl:2: its text is"),
+            std::string::npos);
   fs::remove_all(dir);
 }
 

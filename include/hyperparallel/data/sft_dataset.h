@@ -41,6 +41,9 @@ struct SftLoadOptions {
   DatasetSchema schema;
 };
 
+// The most text one record may hold (all its messages); a longer one is a bad record.
+inline constexpr size_t kMaxConversationBytes = size_t{16} << 20;
+
 struct Conversation {
   std::vector<ChatMessage> messages;
   std::string source;  // file:line
