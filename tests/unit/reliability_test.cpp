@@ -1,12 +1,20 @@
 // A training job under failure: one rank of `hyperparallel train` killed or frozen mid-run
-// stops the whole job quickly, names the rank, and leaves no process behind.
+// stops the whole job quickly, names the rank, and leaves no process behind; hostile clients
+// on its store do not stop it.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <thread>
 
+#include "hyperparallel/launch/free_port.h"
 #include "support/subprocess.h"
 
 namespace hp = hyperparallel;
@@ -175,5 +183,87 @@ TEST(Reliability, ABadFaultSpecIsAUserError) {
     EXPECT_NE(result.output.find("HP_FAULT_INJECT '" + spec + "': " + expected), std::string::npos) << result.output;
     EXPECT_FALSE(fs::exists(out + "/trainer_log.jsonl")) << "the ranks must not start";
   }
+  fs::remove_all(out);
+}
+
+namespace {
+
+int connect_local(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// One frame: [u32 length][payload], the store's wire format.
+void send_frame(int fd, const std::string& payload) {
+  const uint32_t n = static_cast<uint32_t>(payload.size());
+  (void)!send(fd, &n, 4, MSG_NOSIGNAL);
+  (void)!send(fd, payload.data(), payload.size(), MSG_NOSIGNAL);
+}
+
+std::string str_field(const std::string& s) {
+  std::string out(8, '\0');
+  const uint64_t n = s.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(n >> (8 * i));
+  return out + s;
+}
+
+}  // namespace
+
+// Another local user attacks a running job's store: frames announcing 4 MiB that never come,
+// thousands of connect-and-close cycles, garbage, and heartbeat counters overwritten with text.
+// The job trains to the end (exit 0) with a 5 s heartbeat watchdog that would end it on a
+// wrong verdict; the attack lasts as long as the job.
+TEST(Reliability, AJobOutlivesHostileClientsOnItsStore) {
+  const std::string out = ::testing::TempDir() + "hp_reliability_hostile_store";
+  fs::remove_all(out);
+  const int port = hp::launch::find_free_port();  // named, so this test knows where the store is
+  std::atomic<bool> done{false};
+  hp::testing::SubprocessResult job;
+  std::thread runner([&] {
+    job = hp::testing::run_subprocess({HP_CLI_PATH, "run", "--nproc-per-node", "2", "--master-port", std::to_string(port), "--",
+                                       HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--heldout_eval_samples=0",
+                                       "--max_steps=300", "--heartbeat_timeout_s=5", "--fsdp_config.dp_shard_size=-1",
+                                       "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer", "--output_dir=" + out},
+                                      {std::chrono::seconds(240)});
+    done = true;
+  });
+  int probe = -1;
+  for (int i = 0; i < 600 && probe < 0 && !done; ++i) {
+    probe = connect_local(port);
+    if (probe < 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(probe, 0) << "the job's store never came up";
+  close(probe);
+  std::vector<int> held;
+  for (int i = 0; i < 30; ++i) {  // each announces a 4 MiB frame and sends nothing more
+    const int fd = connect_local(port);
+    const uint32_t announced = (4u << 20) - 1;
+    if (fd >= 0 && send(fd, &announced, 4, MSG_NOSIGNAL) == 4) held.push_back(fd);
+  }
+  int cycles = 0;
+  for (int i = 0; !done; ++i) {  // for as long as the job runs
+    const int fd = connect_local(port);
+    if (fd < 0) continue;
+    ++cycles;
+    if (i % 100 == 0) send_frame(fd, std::string("\x63garbage", 8));
+    if (i % 10 == 0) {  // overwrite both heartbeat counters with text
+      for (const char* key : {"hp/alive/0", "hp/alive/1"}) send_frame(fd, std::string(1, '\x01') + str_field(key) + str_field("nope"));
+    }
+    close(fd);
+  }
+  runner.join();
+  for (int fd : held) close(fd);
+  EXPECT_EQ(job.exit_code, 0) << job.output;
+  EXPECT_NE(job.output.find("step 300/300"), std::string::npos) << job.output;
+  EXPECT_GT(cycles, 1000) << "the attack did not overlap the job";
+  std::cout << cycles << " hostile connections during the job\n";
   fs::remove_all(out);
 }
