@@ -8,7 +8,9 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -200,6 +202,41 @@ TEST(StoreHardening, AClientThatLeavesMidWaitFreesItsConnection) {
   }
   EXPECT_TRUE(wait_until([&] { return server.connections() == 0; }, 4s)) << server.connections() << " still open";
   expect_serves(server.port());
+}
+
+// Out of threads (a pids limit): a connection the server cannot give a thread is refused and
+// the acceptor keeps serving; it never lets std::system_error end the process. Run in a child
+// as an unprivileged user with RLIMIT_NPROC low (root ignores the limit).
+TEST(StoreHardening, NoThreadForAConnectionRefusesOnlyThatOne) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int code = 0;
+    try {
+      StoreServer server("127.0.0.1", 0);
+      if (setgid(65534) != 0 || setuid(65534) != 0) _exit(77);  // nobody
+      const rlimit few{12, 12};
+      if (setrlimit(RLIMIT_NPROC, &few) != 0) _exit(78);
+      std::vector<int> held;
+      for (int i = 0; i < 40; ++i) held.push_back(connect_to(server.port()));  // far more than 12 threads
+      int refused = 0;
+      for (int fd : held) refused += closed_by_server(fd, 100ms) ? 1 : 0;
+      if (refused == 0) code = 3;  // the limit never bit: the test proves nothing
+      for (int fd : held) close(fd);
+      if (!wait_until([&] { return server.connections() == 0; }, 5s)) code = 4;
+      SocketStore ok("127.0.0.1", server.port(), 5s);  // still serving
+      ok.set("k", bytes("v"));
+      if (ok.get("k") != bytes("v")) code = 5;
+    } catch (...) {
+      code = 6;
+    }
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the server process died (signal " << WTERMSIG(status) << ")";
+  if (WEXITSTATUS(status) == 77 || WEXITSTATUS(status) == 78) GTEST_SKIP() << "cannot drop privileges here";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: no connection was refused, 4: connections not reclaimed, 5/6: stopped serving";
 }
 
 }  // namespace
