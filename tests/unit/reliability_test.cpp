@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "hyperparallel/launch/free_port.h"
+#include "support/local_socket.h"
 #include "support/subprocess.h"
 
 namespace hp = hyperparallel;
@@ -188,19 +189,6 @@ TEST(Reliability, ABadFaultSpecIsAUserError) {
 
 namespace {
 
-int connect_local(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // One frame: [u32 length][payload], the store's wire format.
 void send_frame(int fd, const std::string& payload) {
   const uint32_t n = static_cast<uint32_t>(payload.size());
@@ -237,20 +225,20 @@ TEST(Reliability, AJobOutlivesHostileClientsOnItsStore) {
   });
   int probe = -1;
   for (int i = 0; i < 600 && probe < 0 && !done; ++i) {
-    probe = connect_local(port);
+    probe = hp::testing::connect_local(port);
     if (probe < 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_GE(probe, 0) << "the job's store never came up";
   close(probe);
   std::vector<int> held;
   for (int i = 0; i < 30; ++i) {  // each announces a 4 MiB frame and sends nothing more
-    const int fd = connect_local(port);
+    const int fd = hp::testing::connect_local(port);
     const uint32_t announced = (4u << 20) - 1;
     if (fd >= 0 && send(fd, &announced, 4, MSG_NOSIGNAL) == 4) held.push_back(fd);
   }
   int cycles = 0;
   for (int i = 0; !done; ++i) {  // for as long as the job runs
-    const int fd = connect_local(port);
+    const int fd = hp::testing::connect_local(port);
     if (fd < 0) continue;
     ++cycles;
     if (i % 100 == 0) send_frame(fd, std::string("\x63garbage", 8));

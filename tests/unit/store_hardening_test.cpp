@@ -20,6 +20,7 @@
 
 #include "comm/socket_store.h"
 #include "comm/store_protocol.h"
+#include "support/local_socket.h"
 
 namespace hyperparallel {
 namespace {
@@ -29,19 +30,6 @@ using comm::SocketStore;
 using comm::StoreServer;
 
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 // A field of /proc/self/status ("VmRSS", "Threads") as a number (kB for sizes).
 int64_t self_status(const std::string& field) {
@@ -88,7 +76,7 @@ TEST(StoreHardening, AnAnnouncedHugeFrameCostsNothingUntilItsBytesArrive) {
   const int64_t rss_before = self_status("VmRSS");
   std::vector<int> fds;
   for (int i = 0; i < 30; ++i) {  // 30 x (just under the 4 MiB cap), and no body
-    const int fd = connect_to(server.port());
+    const int fd = testing::connect_local(server.port());
     ASSERT_GE(fd, 0);
     const uint32_t announced = comm::store::kMaxFrame - 1;
     ASSERT_EQ(write(fd, &announced, 4), 4);
@@ -98,7 +86,7 @@ TEST(StoreHardening, AnAnnouncedHugeFrameCostsNothingUntilItsBytesArrive) {
   std::this_thread::sleep_for(200ms);
   EXPECT_LT(self_status("VmRSS") - rss_before, 16 * 1024) << "kB grown for 30 announced frames of 4 MiB";
   // Over the cap: the connection ends at the header.
-  const int over = connect_to(server.port());
+  const int over = testing::connect_local(server.port());
   const uint32_t huge = 256u << 20;
   ASSERT_EQ(write(over, &huge, 4), 4);
   EXPECT_TRUE(closed_by_server(over, 3000ms));
@@ -113,7 +101,7 @@ TEST(StoreHardening, ConnectionsThatEndFreeTheirDescriptorAndThread) {
   const int fds_before = open_descriptors();
   const int64_t threads_before = self_status("Threads");
   for (int i = 0; i < 2000; ++i) {
-    const int fd = connect_to(server.port());
+    const int fd = testing::connect_local(server.port());
     ASSERT_GE(fd, 0) << "cycle " << i;
     close(fd);
   }
@@ -131,10 +119,10 @@ TEST(StoreHardening, ConnectionsThatEndFreeTheirDescriptorAndThread) {
 TEST(StoreHardening, ConnectionsBeyondTheCapAreTurnedAway) {
   StoreServer server("127.0.0.1", 0, /*listening_fd=*/-1, /*max_connections=*/8);
   std::vector<int> held;
-  for (int i = 0; i < 8; ++i) held.push_back(connect_to(server.port()));
+  for (int i = 0; i < 8; ++i) held.push_back(testing::connect_local(server.port()));
   ASSERT_TRUE(wait_until([&] { return server.connections() == 8; }, 5s));
   for (int i = 0; i < 4; ++i) {
-    const int extra = connect_to(server.port());
+    const int extra = testing::connect_local(server.port());
     EXPECT_TRUE(closed_by_server(extra, 3000ms)) << "connection " << 9 + i << " was kept";
     close(extra);
   }
@@ -176,7 +164,7 @@ TEST(StoreHardening, RequestsItCannotServeAreAnsweredWithAnErrorAndTheConnection
     EXPECT_NE(std::string(e.what()).find("add: key 'big' would overflow a 64-bit integer"), std::string::npos) << e.what();
   }
 
-  const int fd = connect_to(server.port());
+  const int fd = testing::connect_local(server.port());
   const auto unknown = raw_request(fd, {99});
   EXPECT_EQ(unknown.first, static_cast<int>(comm::store::Status::kError));
   EXPECT_EQ(unknown.second, "unknown request 99");
@@ -194,7 +182,7 @@ TEST(StoreHardening, RequestsItCannotServeAreAnsweredWithAnErrorAndTheConnection
 TEST(StoreHardening, AClientThatLeavesMidWaitFreesItsConnection) {
   StoreServer server("127.0.0.1", 0);
   for (int i = 0; i < 5; ++i) {
-    const int fd = connect_to(server.port());
+    const int fd = testing::connect_local(server.port());
     comm::store::Writer wait;
     wait.u8(static_cast<uint8_t>(comm::store::Op::kWait)).i64(1).str("never-set").i64(0);  // 0: no limit
     ASSERT_TRUE(comm::store::send_frame(fd, wait.bytes));
@@ -218,7 +206,7 @@ TEST(StoreHardening, NoThreadForAConnectionRefusesOnlyThatOne) {
       const rlimit few{12, 12};
       if (setrlimit(RLIMIT_NPROC, &few) != 0) _exit(78);
       std::vector<int> held;
-      for (int i = 0; i < 40; ++i) held.push_back(connect_to(server.port()));  // far more than 12 threads
+      for (int i = 0; i < 40; ++i) held.push_back(testing::connect_local(server.port()));  // far more than 12 threads
       int refused = 0;
       for (int fd : held) refused += closed_by_server(fd, 100ms) ? 1 : 0;
       if (refused == 0) code = 3;  // the limit never bit: the test proves nothing
