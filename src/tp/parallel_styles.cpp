@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <optional>
+
 #include "hyperparallel/dtensor/functional_collectives.h"
 #include "hyperparallel/nn/forward_hooks.h"
 #include "hyperparallel/platform/user_error.h"
@@ -217,30 +219,35 @@ class VocabParallelHook : public nn::ForwardHook {
 };
 
 // Input moved to the style's layout, output moved to the next module's.
+struct OutputMove {
+  Placement from, to;
+};
+
 class BoundaryHook : public nn::ForwardHook {
  public:
   // `sharded_work`: the module's computation is split over tp, so its input's gradient is a
   // sum over ranks (a gathered input's dual is a reduce-scatter, a replicated one is reduced
-  // when `reduce_replicated_input_grad`); otherwise every rank computes the same.
-  BoundaryHook(CheckSite site, Widths widths, Placement in_from, Placement in_to, Placement out_from, Placement out_to,
+  // when `reduce_replicated_input_grad`); otherwise every rank computes the same. No `out`:
+  // the style leaves the module's output as the module makes it (PrepareModuleInput).
+  BoundaryHook(CheckSite site, Widths widths, Placement in_from, Placement in_to, std::optional<OutputMove> out,
                std::shared_ptr<TensorParallelContext> ctx, bool reduce_replicated_input_grad, bool sharded_work = true)
-      : site_(std::move(site)), widths_(widths), declares_output_(!site_.style.empty() && site_.style != "PrepareModuleInput"),
-        in_from_(in_from), in_to_(in_to), out_from_(out_from), out_to_(out_to),
-        ctx_(std::move(ctx)), reduce_input_grad_(reduce_replicated_input_grad), sharded_work_(sharded_work) {}
+      : site_(std::move(site)), widths_(widths), in_from_(in_from), in_to_(in_to), out_(out), ctx_(std::move(ctx)),
+        reduce_input_grad_(reduce_replicated_input_grad), sharded_work_(sharded_work) {}
   at::Tensor around(const at::Tensor& x, const nn::Forward& next) override {
     check_declared(x, in_from_, features(widths_.in), *ctx_, site_, "input");
     at::Tensor in = to_layout(x, in_from_, in_to_, *ctx_, sharded_work_ ? GradIs::kPartial : GradIs::kReplicate);
     if (reduce_input_grad_ && in_from_.is_replicate() && in_to_.is_replicate()) in = dtensor::reduce_grad(in, *ctx_->group);
-    at::Tensor y = to_layout(next(in), out_from_, out_to_, *ctx_, GradIs::kReplicate);
-    if (declares_output_) check_declared(y, out_to_, features(widths_.out), *ctx_, site_, "output");
+    if (!out_) return next(in);
+    at::Tensor y = to_layout(next(in), out_->from, out_->to, *ctx_, GradIs::kReplicate);
+    check_declared(y, out_->to, features(widths_.out), *ctx_, site_, "output");
     return y;
   }
 
  private:
   CheckSite site_;
   Widths widths_;
-  bool declares_output_ = true;  // false for PrepareModuleInput: the block's output is its own
-  Placement in_from_, in_to_, out_from_, out_to_;
+  Placement in_from_, in_to_;
+  std::optional<OutputMove> out_;
   std::shared_ptr<TensorParallelContext> ctx_;
   bool reduce_input_grad_, sharded_work_;
 };
@@ -329,7 +336,7 @@ void SequenceParallel::apply(torch::nn::Module& module, const std::string& path,
   record_replicated(module, path, *ctx, layouts);
   const Placement sharded = dtensor::Shard(sequence_dim);
   nn::add_forward_hook(module, std::make_shared<BoundaryHook>(CheckSite{path, name(), op_of(module)}, boundary_widths(module),
-                                                               input_layout, sharded, sharded, output_layout, ctx, false));
+                                                               input_layout, sharded, OutputMove{sharded, output_layout}, ctx, false));
 }
 
 void PrepareModuleInput::apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
@@ -337,7 +344,7 @@ void PrepareModuleInput::apply(torch::nn::Module& module, const std::string& pat
   check_layout(input_layout, path, name(), "input layout");
   check_layout(desired_input_layout, path, name(), "desired input layout");
   nn::add_forward_hook(module, std::make_shared<BoundaryHook>(CheckSite{path, name(), op_of(module)}, Widths{}, input_layout,
-                                                               desired_input_layout, dtensor::Replicate(), dtensor::Replicate(), ctx, true));
+                                                               desired_input_layout, std::nullopt, ctx, true));
 }
 
 void PrepareModuleOutput::apply(torch::nn::Module& module, const std::string& path, std::shared_ptr<TensorParallelContext> ctx,
@@ -369,7 +376,7 @@ void NoParallel::apply(torch::nn::Module& module, const std::string& path, std::
   check_layout(output_layout, path, name(), "output layout");
   record_replicated(module, path, *ctx, layouts);
   nn::add_forward_hook(module, std::make_shared<BoundaryHook>(CheckSite{path, name(), op_of(module)}, boundary_widths(module),
-                                                               input_layout, dtensor::Replicate(), dtensor::Replicate(), output_layout, ctx, false,
+                                                               input_layout, dtensor::Replicate(), OutputMove{dtensor::Replicate(), output_layout}, ctx, false,
                                                                /*sharded_work=*/false));
 }
 

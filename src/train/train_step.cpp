@@ -20,6 +20,15 @@ at::Tensor as_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t length
 
 }  // namespace
 
+models::CausalLMInput model_input(const data::TokenBatch& batch) {
+  models::CausalLMInput in;
+  in.input_ids = as_tensor(batch.input_ids, batch.rows, batch.length);
+  in.labels = as_tensor(batch.labels, batch.rows, batch.length);
+  in.attention_mask = as_tensor(batch.attention_mask, batch.rows, batch.length);
+  in.position_ids = as_tensor(batch.position_ids, batch.rows, batch.length);
+  return in;
+}
+
 StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& global, double lr) {
   const TrainData& data = s.data;
   StepOutcome outcome;
@@ -33,12 +42,7 @@ StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& g
   for (int64_t m = 0; m < s.accumulation; ++m) {
     std::vector<const data::TrainingRow*> mine;
     for (int64_t r : data::GlobalBatchSampler::rank_micro_batch(global, s.dp_rank, s.dp, m, s.accumulation)) mine.push_back(&data.rows[r]);
-    const data::TokenBatch batch = data::collate_rows(mine, data.pad_id);
-    models::CausalLMInput in;
-    in.input_ids = as_tensor(batch.input_ids, batch.rows, batch.length);
-    in.labels = as_tensor(batch.labels, batch.rows, batch.length);
-    in.attention_mask = as_tensor(batch.attention_mask, batch.rows, batch.length);
-    in.position_ids = as_tensor(batch.position_ids, batch.rows, batch.length);
+    const models::CausalLMInput in = model_input(data::collate_rows(mine, data.pad_id));
     s.root.set_requires_gradient_sync(m == s.accumulation - 1);
     const models::CausalLMOutput out = s.model.forward(in);
     at::Tensor loss = out.lm_loss_sum / denominator;

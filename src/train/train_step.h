@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hyperparallel/comm/communicator.h"
+#include "hyperparallel/models/causal_lm.h"
 #include "train_data.h"
 
 namespace torch::optim {
@@ -48,6 +49,9 @@ struct StepOutcome {
   double grad_norm = 0;  // before clipping
   int64_t input_tokens = 0;  // of the global batch
 };
+
+// A collated batch as the model's input (ids, labels, mask, positions).
+models::CausalLMInput model_input(const data::TokenBatch& batch);
 
 // One step on `global_rows` (the sampler's global batch) at learning rate `lr`.
 StepOutcome run_optimizer_step(const StepSetup& setup, const std::vector<int64_t>& global_rows, double lr);

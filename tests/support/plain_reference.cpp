@@ -10,13 +10,10 @@
 #include "hyperparallel/models/causal_lm.h"
 #include "hyperparallel/train/lr_schedule.h"
 #include "train/train_data.h"
+#include "train/train_step.h"
 
 namespace hyperparallel::testing {
 namespace {
-
-at::Tensor as_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t length) {
-  return at::tensor(v, at::kLong).view({rows, length});
-}
 
 torch::optim::AdamW plain_adamw(const train::TrainConfig& c, models::CausalLM& model) {
   std::vector<at::Tensor> decay, no_decay;
@@ -59,13 +56,7 @@ PlainRun plain_reference_run(const train::TrainConfig& c) {
       label_tokens += data.label_tokens[r];
     }
     position = sampler.next(position);
-    const data::TokenBatch batch = data::collate_rows(rows, data.pad_id);
-    models::CausalLMInput in;
-    in.input_ids = as_tensor(batch.input_ids, batch.rows, batch.length);
-    in.labels = as_tensor(batch.labels, batch.rows, batch.length);
-    in.attention_mask = as_tensor(batch.attention_mask, batch.rows, batch.length);
-    in.position_ids = as_tensor(batch.position_ids, batch.rows, batch.length);
-    const models::CausalLMOutput out = model->forward(in);
+    const models::CausalLMOutput out = model->forward(train::model_input(data::collate_rows(rows, data.pad_id)));
     const at::Tensor loss = out.lm_loss_sum / static_cast<double>(label_tokens);
     optimizer.zero_grad();
     loss.backward();
