@@ -155,7 +155,7 @@ void render_default(const std::vector<ChatMessage>& messages, const std::string&
 
 }  // namespace
 
-std::vector<std::string> ChatTemplate::names() { return {"default", "llama2", "llama3", "qwen", "qwen3"}; }
+std::vector<std::string> ChatTemplate::names() { return {"default", "llama2", "llama3", "qwen", "qwen3", "qwen3_nothink"}; }
 
 ChatTemplate ChatTemplate::named(const std::string& name, const std::string& eos_token) {
   const auto all = names();
@@ -166,15 +166,30 @@ ChatTemplate ChatTemplate::named(const std::string& name, const std::string& eos
     throw UserError("chat template default ends every turn with the tokenizer's eos token, and this tokenizer has none "
                     "(eos_token in tokenizer_config.json); set it there or pick another template");
   }
-  return ChatTemplate(name, eos_token);
+  // LlamaFactory's default system prompts (its template.py): used when a conversation has none.
+  const std::string default_system = name == "qwen" ? "You are Qwen, created by Alibaba Cloud. You are a helpful assistant." : "";
+  return ChatTemplate(name, eos_token, default_system);
+}
+
+ChatTemplate ChatTemplate::with_default_system(std::string system) const {
+  ChatTemplate copy = *this;
+  copy.default_system_ = std::move(system);
+  return copy;
 }
 
 RenderedChat ChatTemplate::render_with_spans(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options) const {
   check_roles(name_, messages);
+  if (!default_system_.empty() && (messages.empty() || messages[0].role != "system" || messages[0].content.empty())) {
+    std::vector<ChatMessage> with_system = messages;
+    if (!with_system.empty() && with_system[0].role == "system") with_system.erase(with_system.begin());
+    with_system.insert(with_system.begin(), {"system", default_system_});
+    ChatTemplate plain = with_default_system("");
+    return plain.render_with_spans(with_system, options);
+  }
   ChatWriter out;
   if (name_ == "qwen3") {
     render_qwen3(messages, options, out);
-  } else if (name_ == "qwen") {
+  } else if (name_ == "qwen" || name_ == "qwen3_nothink") {
     render_chatml(messages, options, out);
   } else if (name_ == "llama3") {
     render_llama3(messages, options, out);

@@ -38,7 +38,9 @@ TrainingRow tokenize_conversation(const Tokenizer& tokenizer, const ChatTemplate
     row.labels = row.input_ids;
   } else {
     row.labels.assign(n, kIgnoreLabel);
-    for (const TextSpan& span : chat.responses) {
+    const size_t first = options.mask_history && !chat.responses.empty() ? chat.responses.size() - 1 : 0;
+    for (size_t r = first; r < chat.responses.size(); ++r) {
+      const TextSpan& span = chat.responses[r];
       const size_t begin = token_boundary(tokenizer, chat.text.substr(0, span.begin), row.input_ids);
       const size_t end = span.end == chat.text.size() ? n : token_boundary(tokenizer, chat.text.substr(0, span.end), row.input_ids);
       for (size_t i = begin; i < end; ++i) row.labels[i] = row.input_ids[i];

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "hyperparallel/data/chat_template.h"
+#include "train_data.h"
 #include "hyperparallel/data/synthetic_sft.h"
 #include "hyperparallel/models/generation.h"
 #include "hyperparallel/platform/suggest.h"
@@ -52,7 +53,7 @@ HeldoutScore evaluate_heldout(models::CausalLM& model, const data::Tokenizer& to
   }
   heldout.resize(static_cast<size_t>(n));
 
-  const auto chat_template = data::ChatTemplate::named(c.chat_template, tokenizer.special_tokens().eos);
+  const auto chat_template = chat_template_for(c, tokenizer);
   data::ChatRenderOptions render;
   render.add_generation_prompt = true;
   render.enable_thinking = false;

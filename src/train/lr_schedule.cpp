@@ -12,7 +12,21 @@ double LrSchedule::lr_at(int64_t step) const {
   if (type == "constant_with_warmup") return peak;
   const double progress =
       static_cast<double>(step - warmup_steps) / static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
-  if (type == "cosine") return peak * std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
+  if (type == "cosine" || type == "cosine_with_min_lr") {
+    const double cycles = num_cycles > 0 ? num_cycles : 0.5;
+    const double factor = 0.5 * (1.0 + std::cos(M_PI * cycles * 2.0 * progress));
+    if (type == "cosine") return peak * std::max(0.0, factor);
+    return peak * std::max(0.0, factor * (1.0 - min_lr_rate) + min_lr_rate);
+  }
+  if (type == "cosine_with_restarts") {
+    if (progress >= 1.0) return 0.0;
+    const double cycles = num_cycles > 0 ? num_cycles : 1.0;
+    return peak * std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * std::fmod(cycles * progress, 1.0))));
+  }
+  if (type == "polynomial") {
+    if (step > total_steps) return lr_end;
+    return (peak - lr_end) * std::pow(1.0 - progress, power) + lr_end;
+  }
   return peak * std::max(0.0, 1.0 - progress);  // linear
 }
 

@@ -10,6 +10,7 @@
 
 #include "hyperparallel/platform/suggest.h"
 #include "hyperparallel/platform/user_error.h"
+#include "llamafactory_compat.h"
 
 namespace hyperparallel::train {
 namespace {
@@ -159,6 +160,63 @@ void set_plan_overrides(TrainConfig& c, const std::string& k, const Value& v) {
   }
 }
 
+// A mapping in YAML, or (as HF's command line passes it) a JSON string of one.
+YAML::Node as_mapping(const std::string& key, const Value& v) {
+  if (v.node.IsMap()) return v.node;
+  if (v.node.IsScalar()) {
+    try {
+      YAML::Node parsed = YAML::Load(v.node.Scalar());
+      if (parsed.IsMap()) return parsed;
+    } catch (const YAML::Exception&) {
+    }
+  }
+  bad_value(key, v, "a mapping (or a JSON object string)");
+}
+
+void set_lr_scheduler_kwargs(TrainConfig& c, const std::string& k, const Value& v) {
+  const YAML::Node map = as_mapping(k, v);
+  LrSchedulerKwargs out;
+  for (const auto& item : map) {
+    const std::string name = item.first.Scalar();
+    const Value entry{item.second, v.source};
+    const std::string where = k + "." + name;
+    if (name == "min_lr") {
+      out.min_lr = as_float(where, entry, 0, INFINITY, false, false, "a number >= 0");
+    } else if (name == "min_lr_rate") {
+      out.min_lr_rate = as_float(where, entry, 0, 1, false, false, "a number in [0, 1]");
+    } else if (name == "num_cycles") {
+      out.num_cycles = as_float(where, entry, 0, 1e6, true, false, "a number > 0");
+    } else if (name == "lr_end") {
+      out.lr_end = as_float(where, entry, 0, INFINITY, false, false, "a number >= 0");
+    } else if (name == "power") {
+      out.power = as_float(where, entry, 0, 1e3, true, false, "a number > 0");
+    } else {
+      throw UserError(v.source + ": " + k + " has unknown entry " + excerpt(name) +
+                      did_you_mean(name, {"min_lr", "min_lr_rate", "num_cycles", "lr_end", "power"}) +
+                      "; entries: min_lr, min_lr_rate (cosine_with_min_lr), num_cycles (cosine, cosine_with_restarts), "
+                      "lr_end, power (polynomial)");
+    }
+  }
+  c.lr_scheduler_kwargs = out;
+}
+
+// HF's report_to names; none of them is contacted here.
+void set_report_to(TrainConfig& c, const std::string& k, const Value& v) {
+  static const std::vector<std::string> kTrackers = {"none", "all", "azure_ml", "clearml", "codecarbon", "comet_ml", "dagshub",
+                                                     "dvclive", "flyte", "mlflow", "neptune", "swanlab", "tensorboard",
+                                                     "trackio", "wandb"};
+  std::vector<std::string> names;
+  if (v.node.IsSequence()) {
+    for (const auto& e : v.node) names.push_back(as_choice(k, {e, v.source}, kTrackers));
+  } else {
+    names.push_back(as_choice(k, v, kTrackers));
+  }
+  c.report_to.clear();
+  for (const auto& n : names) {
+    if (n != "none") c.report_to.push_back(n);
+  }
+}
+
 const std::vector<KeyDef>& key_table() {
   static const std::vector<KeyDef> table = [] {
     using C = TrainConfig;
@@ -176,11 +234,15 @@ const std::vector<KeyDef>& key_table() {
         // data
         {{"dataset", "string", "(required)", "comma-separated names from dataset_dir/dataset_info.json or built-in synthetic datasets"}, text(&C::dataset)},
         {{"dataset_dir", "string", "data", "folder with dataset_info.json"}, text(&C::dataset_dir)},
-        {{"template", "default | llama2 | llama3 | qwen | qwen3", "(required)", "chat template that renders the conversations"}, choice(&C::chat_template, {"default", "llama2", "llama3", "qwen", "qwen3"})},
+        {{"template", "default | llama2 | llama3 | qwen | qwen3 | qwen3_nothink", "(required)", "chat template that renders the conversations (docs/data.md)"}, choice(&C::chat_template, {"default", "llama2", "llama3", "qwen", "qwen3", "qwen3_nothink"})},
         {{"cutoff_len", "int in [2, 16777216]", "2048", "tokens per sample (and per packed row); longer samples are cut"}, int_at_least(&C::cutoff_len, 2, 1 << 24)},
         {{"max_samples", "int >= 1", "null", "first N samples of each dataset; null: all"}, [](C& c, const std::string& k, const Value& v) { c.max_samples = as_int(k, v, 1, "an integer >= 1"); }},
         {{"packing", "bool", "false", "concatenate samples into rows of cutoff_len, positions restarting per sample"}, boolean(&C::packing)},
+        {{"neat_packing", "bool", "false", "LlamaFactory's packing without attention across samples, which is what packing does here: true sets packing"}, [](C& c, const std::string& k, const Value& v) { c.packing = as_bool(k, v) || c.packing; }},
         {{"train_on_prompt", "bool", "false", "take the loss on prompt tokens too"}, boolean(&C::train_on_prompt)},
+        {{"mask_history", "bool", "false", "take the loss on the last assistant response of each conversation only"}, boolean(&C::mask_history)},
+        {{"default_system", "string", "null", "system prompt for conversations without one; null: the template's own (qwen: \"You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\", as LlamaFactory), \"\": none"}, [](C& c, const std::string& k, const Value& v) { c.default_system = as_string(k, v); }},
+        {{"mix_strategy", "concat", "concat", "several datasets are concatenated in the order named (LlamaFactory's interleave_under / interleave_over are not supported)"}, [](C&, const std::string& k, const Value& v) { as_choice(k, v, {"concat"}); }},
         {{"enable_thinking", "bool", "true", "qwen3 template: false adds the empty think block to generation prompts"}, boolean(&C::enable_thinking)},
         {{"bad_records", "stop | skip", "stop", "a malformed dataset record stops the run, or is skipped and reported"}, choice(&C::bad_records, {"stop", "skip"})},
         {{"heldout_eval_samples", "int >= 0", "0", "built-in synthetic datasets: answer N held-out prompts before and after training, report accuracy"}, int_at_least(&C::heldout_eval_samples, 0)},
@@ -189,6 +251,8 @@ const std::vector<KeyDef>& key_table() {
         {{"overwrite_output_dir", "bool", "false", "allow an output_dir that already holds results"}, boolean(&C::overwrite_output_dir)},
         {{"logging_steps", "int >= 1", "10", "write a trainer_log.jsonl line every N steps"}, int_at_least(&C::logging_steps, 1)},
         {{"save_steps", "int >= 0", "500", "checkpoint every N steps; 0: only at the end"}, int_at_least(&C::save_steps, 0)},
+        {{"save_strategy", "steps | no", "steps", "steps: a checkpoint every save_steps; no: no checkpoints (the model is still exported at the end)"}, [](C& c, const std::string& k, const Value& v) { c.save_checkpoints = as_choice(k, v, {"steps", "no"}) == "steps"; }},
+        {{"logging_strategy", "steps", "steps", "a trainer_log.jsonl line every logging_steps (HF's epoch / no are not supported)"}, [](C&, const std::string& k, const Value& v) { as_choice(k, v, {"steps"}); }},
         {{"save_total_limit", "int >= 1", "null", "keep at most N checkpoints (oldest removed); null: all"}, [](C& c, const std::string& k, const Value& v) { c.save_total_limit = as_int(k, v, 1, "an integer >= 1"); }},
         {{"plot_loss", "bool", "false", "write training_loss.svg"}, boolean(&C::plot_loss)},
         // training
@@ -202,7 +266,9 @@ const std::vector<KeyDef>& key_table() {
         {{"max_grad_norm", "float >= 0", "1.0", "clip the global gradient norm (over all shards) to this; 0: no clipping"}, [](C& c, const std::string& k, const Value& v) { c.max_grad_norm = as_float(k, v, 0, INFINITY, false, false, "a number >= 0"); }},
         {{"num_train_epochs", "float > 0", "3.0", "passes over the data (when max_steps is -1)"}, positive_float(&C::num_train_epochs)},
         {{"max_steps", "int, -1 or >= 1", "-1", "optimizer steps; -1: from num_train_epochs"}, minus_one_or_positive([](C& c) -> int64_t& { return c.max_steps; })},
-        {{"lr_scheduler_type", "linear | cosine | constant | constant_with_warmup", "linear", "learning-rate schedule after warmup"}, choice(&C::lr_scheduler_type, {"linear", "cosine", "constant", "constant_with_warmup"})},
+        {{"lr_scheduler_type", "linear | cosine | cosine_with_min_lr | cosine_with_restarts | polynomial | constant | constant_with_warmup", "linear", "learning-rate schedule after warmup, as HF's get_scheduler (docs/training.md)"}, choice(&C::lr_scheduler_type, {"linear", "cosine", "cosine_with_min_lr", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup"})},
+        {{"lr_scheduler_kwargs", "mapping", "{}", "schedule arguments: min_lr or min_lr_rate (cosine_with_min_lr), num_cycles (cosine, cosine_with_restarts), lr_end and power (polynomial)"}, set_lr_scheduler_kwargs},
+        {{"optim", "adamw_torch | adamw_torch_fused | adamw_hf | adamw_apex_fused", "adamw_torch", "the optimizer: AdamW with decoupled weight decay under every name HF gives it (other optimizers are not implemented)"}, choice(&C::optim, {"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused"})},
         {{"warmup_ratio", "float in [0, 1)", "0.0", "warmup steps as a fraction of all steps (when warmup_steps is 0)"}, fraction(&C::warmup_ratio, false)},
         {{"warmup_steps", "int >= 0", "0", "linear warmup steps; overrides warmup_ratio when > 0"}, int_at_least(&C::warmup_steps, 0)},
         {{"bf16", "bool | auto", "false", "compute in bfloat16 (parameters all-gathered in bf16, fp32 masters and reductions); auto: bf16 where every rank's CPU has AVX512_BF16 or AMX-BF16, else fp32 (the log says which)"}, set_bf16},
@@ -214,10 +280,16 @@ const std::vector<KeyDef>& key_table() {
         {{"comm_timeout_s", "float in [1, 604800]", "300", "a collective that waits longer fails the run"}, timeout_seconds(&C::comm_timeout_s, false)},
         {{"heartbeat_timeout_s", "float, 0 or in [1, 604800]", "30", "a rank whose heartbeat stops this long (or a silent store) ends the run, even inside a collective; 0 = off"}, timeout_seconds(&C::heartbeat_timeout_s, true)},
         // LlamaFactory keys accepted so its configs run unchanged
-        {{"ddp_timeout", "int in [1, 604800]", "null", "LlamaFactory's name for comm_timeout_s (seconds)"}, [](C& c, const std::string& k, const Value& v) { c.comm_timeout_s = static_cast<double>(as_int(k, v, 1, "an integer >= 1 (seconds)", 604800)); }},
+        {{"ddp_timeout", "int >= 1", "null", "LlamaFactory's name for comm_timeout_s (seconds); values above a week (LlamaFactory's examples use 180000000) mean a week"}, [](C& c, const std::string& k, const Value& v) { c.comm_timeout_s = static_cast<double>(std::min<int64_t>(as_int(k, v, 1, "an integer >= 1 (seconds)"), static_cast<int64_t>(kMaxTimeoutSeconds))); }},
+        {{"deepspeed", "string or mapping", "null", "a DeepSpeed config: not read; FSDP (fsdp_config) does what ZeRO does, over every rank by default, and the run lists the key as ignored"}, [](C& c, const std::string& k, const Value& v) {
+           c.deepspeed = v.node.IsScalar() ? v.node.Scalar() : "(inline config)";
+           c.ignored_keys.emplace_back(k, "the DeepSpeed config is not read; FSDP shards parameters, gradients and optimizer state as ZeRO-3 does (fsdp_config)");
+         }},
+        {{"hyper_parallel_args", "string", "null", "HyperParallel's LlamaFactory JSON (tp_size, cp_size, ep_size, efsdp_size, fsdp_size, param_dtype, reduce_dtype, reshard_after_forward, activation_mode): its entries set accelerator.* and fsdp_config.* keys"}, text(&C::hyper_parallel_args)},
+        {{"hyper_parallel_cp_size", "int >= 1", "1", "LlamaFactory's name for accelerator.cp_size"}, parallel_degree(&AcceleratorConfig::cp_size)},
         {{"overwrite_cache", "bool", "false", "no effect: there is no preprocessing cache (each run tokenizes its data at the start)"}, boolean(&C::overwrite_cache)},
         {{"preprocessing_num_workers", "int >= 1", "null", "no effect: each rank tokenizes in one thread"}, [](C& c, const std::string& k, const Value& v) { c.preprocessing_num_workers = as_int(k, v, 1, "an integer >= 1"); }},
-        {{"report_to", "none", "none", "experiment trackers (wandb, tensorboard, ...) are not supported; trainer_log.jsonl has the metrics"}, choice(&C::report_to, {"none"})},
+        {{"report_to", "none | all | tensorboard | wandb | mlflow | swanlab | ... or a list", "none", "experiment trackers: none is contacted (a run that names one lists it as ignored); trainer_log.jsonl has the metrics"}, set_report_to},
         {{"trust_remote_code", "bool", "false", "no effect: nothing from a model folder is ever executed"}, boolean(&C::trust_remote_code)},
         // fsdp_config
         {{"fsdp_config.dp_shard_size", "int, -1 or >= 1", "-1", "ranks one parameter is sharded over; world / dp_shard_size replicas (HSDP); -1: all"}, minus_one_or_positive([](C& c) -> int64_t& { return c.fsdp_config.dp_shard_size; })},
@@ -284,7 +356,7 @@ std::vector<std::string> all_keys() {
   return keys;
 }
 
-[[noreturn]] void unknown_key(const std::string& key, const std::string& source) {
+std::string unknown_key_message(const std::string& key, const std::string& source) {
   // Suggest among full keys and, for a misplaced leaf, among the leaves' full keys.
   std::vector<std::string> keys = all_keys();
   std::string hint = did_you_mean(key, keys);
@@ -296,12 +368,41 @@ std::vector<std::string> all_keys() {
       }
     }
   }
-  throw UserError(source + ": unknown key " + excerpt(key) + hint + "; every key is listed in docs/config.md");
+  return source + ": unknown key " + excerpt(key) + hint + "; every key is listed in docs/config.md";
+}
+
+// What a load found: our keys' values, the foreign keys it accepts, and every problem, so one
+// run reports all of them.
+struct Collected {
+  std::map<std::string, Value> values;
+  std::vector<std::pair<std::string, std::string>> ignored;  // foreign key -> why
+  std::vector<std::string> problems;
+};
+
+// One key from `source`: ours, a foreign key (ignored, or refused when it turns a feature on)
+// or unknown.
+void take_key(const std::string& key, const Value& v, Collected& out) {
+  if (find_key(key)) {
+    if (v.node.IsNull()) {
+      out.values.erase(key);  // the default
+    } else {
+      out.values[key] = v;
+    }
+    return;
+  }
+  const compat::ForeignKey* foreign = compat::find_foreign_key(key);
+  if (!foreign) {
+    out.problems.push_back(unknown_key_message(key, v.source));
+  } else if (foreign->disposition == compat::Disposition::kRefusedWhenOn) {
+    if (compat::turns_on(v.node)) out.problems.push_back(v.source + ": " + key + " is not supported: " + foreign->why);
+  } else if (!v.node.IsNull()) {
+    out.ignored.emplace_back(key, foreign->why);
+  }
 }
 
 // Flattens a YAML mapping into key -> value, descending into the sections.
 // A key given twice is an error naming both lines: YAML's "last one wins" would silently drop one.
-void collect(const YAML::Node& map, const std::string& prefix, const std::string& source, std::map<std::string, Value>& out,
+void collect(const YAML::Node& map, const std::string& prefix, const std::string& source, Collected& out,
              std::map<std::string, int>& lines) {
   for (const auto& item : map) {
     if (!item.first.IsScalar()) throw UserError(source + ": keys must be plain names");
@@ -318,10 +419,33 @@ void collect(const YAML::Node& map, const std::string& prefix, const std::string
       collect(item.second, key + ".", source, out, lines);
       continue;
     }
-    if (!find_key(key)) unknown_key(key, source);
-    if (item.second.IsNull()) continue;  // the default
-    out[key] = {item.second, source};
+    take_key(key, {item.second, source}, out);
   }
+}
+
+// hyper_parallel_args' entries fill the keys the YAML leaves unset; a key set both ways to
+// different values is a problem (which one was meant?).
+void merge_hyper_parallel_args(Collected& out) {
+  const auto path = out.values.find("hyper_parallel_args");
+  if (path == out.values.end() || !path->second.node.IsScalar()) return;
+  const std::string file = path->second.node.Scalar();
+  for (auto& [key, node] : compat::read_hyper_parallel_args(file)) {
+    const auto given = out.values.find(key);
+    if (given == out.values.end()) {
+      out.values[key] = {node, "hyper_parallel_args " + file};
+    } else if (given->second.source != "command line" && YAML::Dump(given->second.node) != YAML::Dump(node)) {
+      out.problems.push_back(given->second.source + ": " + key + " is " + excerpt(YAML::Dump(given->second.node)) +
+                             " but hyper_parallel_args " + file + " says " + excerpt(YAML::Dump(node)) + "; set it in one place");
+    }
+  }
+}
+
+void throw_problems(const std::vector<std::string>& problems) {
+  if (problems.empty()) return;
+  if (problems.size() == 1) throw UserError(problems[0]);
+  std::string message = std::to_string(problems.size()) + " problems in the configuration:";
+  for (const auto& p : problems) message += "\n  " + p;
+  throw UserError(message);
 }
 
 void check_combinations(const TrainConfig& c) {
@@ -336,7 +460,7 @@ void check_combinations(const TrainConfig& c) {
   require(!c.fp16, "fp16: true is not supported: CPU kernels have no fast float16 matmul and float16 training needs loss scaling; use bf16: true (same memory, fp32's range)");
   if (c.do_train) {
     require(!c.dataset.empty(), "dataset is required to train: names from dataset_dir/dataset_info.json or a built-in one (synthetic_reverse, synthetic_addition)");
-    require(!c.chat_template.empty(), "template is required for stage sft: default, llama2, llama3, qwen or qwen3");
+    require(!c.chat_template.empty(), "template is required for stage sft: default, llama2, llama3, qwen, qwen3 or qwen3_nothink");
   }
   const AcceleratorConfig& a = c.accelerator;
   for (const auto& [name, size] : std::vector<std::pair<std::string, int64_t>>{
@@ -345,6 +469,17 @@ void check_combinations(const TrainConfig& c) {
   }
   require(!a.sequence_parallel || a.tp_size > 1, "accelerator.sequence_parallel needs tp_size > 1 (it shards over the tp ranks); set tp_size or remove it");
   require(!a.loss_parallel || a.tp_size > 1, "accelerator.loss_parallel needs tp_size > 1 (it shards the head over the tp ranks); set tp_size or remove it");
+  require(!(c.mask_history && c.train_on_prompt), "mask_history and train_on_prompt contradict each other (the last response only vs every token); keep one");
+  const LrSchedulerKwargs& kw = c.lr_scheduler_kwargs;
+  if (c.lr_scheduler_type == "cosine_with_min_lr") {
+    require(kw.min_lr.has_value() != kw.min_lr_rate.has_value(),
+            "lr_scheduler_type: cosine_with_min_lr needs exactly one of lr_scheduler_kwargs.min_lr or lr_scheduler_kwargs.min_lr_rate "
+            "(e.g. lr_scheduler_kwargs: {min_lr_rate: 0.1})");
+  }
+  if (c.lr_scheduler_type == "polynomial") {
+    require(c.learning_rate > kw.lr_end, "lr_scheduler_type: polynomial decays learning_rate to lr_scheduler_kwargs.lr_end (" +
+                                             std::to_string(kw.lr_end) + "), which must be smaller than learning_rate");
+  }
   require(c.fsdp_config.edp_shard_size == -1, "fsdp_config.edp_shard_size applies with expert parallelism, which is not supported yet; remove it");
 }
 
@@ -366,7 +501,7 @@ std::string config_schema_text() {
 }
 
 TrainConfig load_train_config(const std::string& yaml_path, const std::vector<std::string>& overrides) {
-  std::map<std::string, Value> values;
+  Collected collected;
   if (!yaml_path.empty()) {
     YAML::Node root;
     try {
@@ -379,7 +514,7 @@ TrainConfig load_train_config(const std::string& yaml_path, const std::vector<st
     if (!root.IsNull()) {
       if (!root.IsMap()) throw UserError(yaml_path + " must be a mapping of keys to values (see docs/config.md)");
       std::map<std::string, int> lines;
-      collect(root, "", yaml_path, values, lines);
+      collect(root, "", yaml_path, collected, lines);
     }
   }
   for (const std::string& o : overrides) {
@@ -387,23 +522,33 @@ TrainConfig load_train_config(const std::string& yaml_path, const std::vector<st
     if (eq == std::string::npos || eq == 0) throw UserError("command line: '" + o + "' is not --key=value");
     const std::string key = o.substr(0, eq);
     if (sections().count(key)) throw UserError("command line: " + key + " is a section; set its keys, e.g. --" + key + ".<key>=value");
-    if (!find_key(key)) unknown_key(key, "command line");
     YAML::Node node;
     try {
       node = YAML::Load(o.substr(eq + 1));
     } catch (const YAML::Exception& e) {
       throw UserError("command line: " + key + ": '" + o.substr(eq + 1) + "' is not a YAML value (" + e.what() + ")");
     }
-    if (node.IsNull()) {
-      values.erase(key);
-    } else {
-      values[key] = {node, "command line"};
-    }
+    take_key(key, {node, "command line"}, collected);
+  }
+  try {
+    merge_hyper_parallel_args(collected);
+  } catch (const UserError& e) {
+    collected.problems.push_back(e.what());
   }
   TrainConfig config;
   for (const auto& d : key_table()) {
-    auto it = values.find(d.info.key);
-    if (it != values.end()) d.set(config, d.info.key, it->second);
+    auto it = collected.values.find(d.info.key);
+    if (it == collected.values.end()) continue;
+    try {
+      d.set(config, d.info.key, it->second);
+    } catch (const UserError& e) {
+      collected.problems.push_back(e.what());
+    }
+  }
+  throw_problems(collected.problems);
+  config.ignored_keys.insert(config.ignored_keys.end(), collected.ignored.begin(), collected.ignored.end());
+  for (const auto& tracker : config.report_to) {
+    config.ignored_keys.emplace_back("report_to: " + tracker, "no experiment tracker is contacted; the metrics are in trainer_log.jsonl");
   }
   check_combinations(config);
   return config;

@@ -17,6 +17,11 @@ std::string tokenizer_dir(const TrainConfig& config) {
   return config.model_name_or_path;
 }
 
+data::ChatTemplate chat_template_for(const TrainConfig& config, const data::Tokenizer& tokenizer) {
+  const auto chat_template = data::ChatTemplate::named(config.chat_template, tokenizer.special_tokens().eos);
+  return config.default_system ? chat_template.with_default_system(*config.default_system) : chat_template;
+}
+
 TrainData prepare_train_data(const TrainConfig& config) {
   TrainData out;
   out.tokenizer = std::make_shared<data::Tokenizer>(data::Tokenizer::from_file(tokenizer_dir(config)));
@@ -31,10 +36,11 @@ TrainData prepare_train_data(const TrainConfig& config) {
   const auto conversations = data::load_datasets(config.dataset, config.dataset_dir, load, &out.load_report);
   out.conversations = static_cast<int64_t>(conversations.size());
 
-  const auto chat_template = data::ChatTemplate::named(config.chat_template, special.eos);
+  const auto chat_template = chat_template_for(config, *out.tokenizer);
   data::SampleOptions sample;
   sample.cutoff_len = config.cutoff_len;
   sample.train_on_prompt = config.train_on_prompt;
+  sample.mask_history = config.mask_history;
   sample.render.enable_thinking = config.enable_thinking;
   out.rows = data::build_sft_rows(*out.tokenizer, chat_template, conversations, sample, &out.sample_report);
   if (config.packing) out.rows = data::pack_rows(out.rows, config.cutoff_len);

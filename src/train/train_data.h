@@ -28,6 +28,9 @@ struct TrainData {
 // without one).
 std::string tokenizer_dir(const TrainConfig& config);
 
+// The config's chat template, with default_system applied when the config sets one.
+data::ChatTemplate chat_template_for(const TrainConfig& config, const data::Tokenizer& tokenizer);
+
 // With do_train false only the tokenizer is loaded.
 TrainData prepare_train_data(const TrainConfig& config);
 

@@ -54,6 +54,16 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(const TrainConfig& c, models
   return std::make_unique<torch::optim::AdamW>(groups, *options(c.weight_decay));
 }
 
+LrSchedule make_schedule(const TrainConfig& c, int64_t total_steps) {
+  LrSchedule s{c.lr_scheduler_type, c.learning_rate, resolve_warmup_steps(c.warmup_steps, c.warmup_ratio, total_steps), total_steps};
+  const LrSchedulerKwargs& kw = c.lr_scheduler_kwargs;
+  s.num_cycles = kw.num_cycles;
+  s.min_lr_rate = kw.min_lr_rate ? *kw.min_lr_rate : kw.min_lr ? *kw.min_lr / c.learning_rate : 0.0;
+  s.lr_end = kw.lr_end;
+  s.power = kw.power;
+  return s;
+}
+
 // Held-out accuracy (printed by rank 0, with a few answers after training), then every unit
 // back to its sharded state (a forward without backward leaves the root, and with
 // reshard_after_forward off every unit, unsharded).
@@ -180,7 +190,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
                                          static_cast<uint64_t>(c.seed));
   const int64_t total_steps = c.max_steps > 0 ? c.max_steps
                                               : static_cast<int64_t>(std::ceil(c.num_train_epochs * static_cast<double>(sampler.steps_per_epoch())));
-  LrSchedule schedule{c.lr_scheduler_type, c.learning_rate, resolve_warmup_steps(c.warmup_steps, c.warmup_ratio, total_steps), total_steps};
+  const LrSchedule schedule = make_schedule(c, total_steps);
 
   data::SamplerPosition position;
   int64_t start_step = 0;
@@ -218,6 +228,10 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     log << "hyperparallel train: " << world->size() << " ranks, " << mesh.to_string() << ", " << model->config().parameter_count()
         << " parameters, " << data.conversations << " conversations -> " << data.rows.size() << " rows"
         << (c.packing ? " (packed)" : "") << ", " << sampler.steps_per_epoch() << " steps per epoch, " << total_steps << " steps\n";
+    if (!c.ignored_keys.empty()) {
+      log << "ignored (no effect here; docs/config.md):\n";
+      for (const auto& [key, why] : c.ignored_keys) log << "  " << key << ": " << why << "\n";
+    }
     if (c.validate_placement) {
       log << (tp > 1 ? "model.validate_placement: Validation mode, every module boundary of the tensor-parallel plan is checked\n"
                      : "model.validate_placement: no tp axis (tp_size 1), so no placement to check\n");
@@ -295,7 +309,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
       interval_loss = interval_tokens_per_s = 0;
       interval_steps = 0;
     }
-    if ((c.save_steps > 0 && (step + 1) % c.save_steps == 0) || last) save(step + 1);
+    if (c.save_checkpoints && ((c.save_steps > 0 && (step + 1) % c.save_steps == 0) || last)) save(step + 1);
   }
   screen.finish();
   result.steps = total_steps;

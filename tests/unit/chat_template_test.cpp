@@ -60,8 +60,21 @@ TEST(ChatTemplate, Llama3TrimsContentAndOpensTheAssistantTurn) {
 }
 
 TEST(ChatTemplate, ChatMLAndLlama2) {
-  EXPECT_EQ(ChatTemplate::named("qwen").render({{"user", "Hi"}, {"assistant", "Yo"}}),
-            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n");
+  // qwen carries LlamaFactory's default system prompt; qwen3_nothink is plain ChatML.
+  const std::string chat = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n";
+  const std::string qwen_system = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n";
+  EXPECT_EQ(ChatTemplate::named("qwen").render({{"user", "Hi"}, {"assistant", "Yo"}}), qwen_system + chat);
+  EXPECT_EQ(ChatTemplate::named("qwen").render({{"system", ""}, {"user", "Hi"}, {"assistant", "Yo"}}), qwen_system + chat);
+  EXPECT_EQ(ChatTemplate::named("qwen").render({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Yo"}}),
+            "<|im_start|>system\nBe brief.<|im_end|>\n" + chat);
+  EXPECT_EQ(ChatTemplate::named("qwen3_nothink").render({{"user", "Hi"}, {"assistant", "Yo"}}), chat);
+  EXPECT_EQ(ChatTemplate::named("qwen").with_default_system("").render({{"user", "Hi"}, {"assistant", "Yo"}}), chat);
+  EXPECT_EQ(ChatTemplate::named("qwen3_nothink").with_default_system("Be kind.").render({{"user", "Hi"}, {"assistant", "Yo"}}),
+            "<|im_start|>system\nBe kind.<|im_end|>\n" + chat);
+  // The response spans move with the inserted system block.
+  const auto spans = ChatTemplate::named("qwen").render_with_spans({{"user", "Hi"}, {"assistant", "Yo"}});
+  ASSERT_EQ(spans.responses.size(), 1u);
+  EXPECT_EQ(spans.text.substr(spans.responses[0].begin, spans.responses[0].end - spans.responses[0].begin), "Yo<|im_end|>");
   EXPECT_EQ(ChatTemplate::named("llama2").render(kConversation),
             "<s>[INST] <<SYS>>\nYou are helpful.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] 2+2? [/INST] 4 </s>");
   const auto tokenizer = hp::data::Tokenizer::from_file(kFixtures + "/mistral");

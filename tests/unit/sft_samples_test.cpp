@@ -81,6 +81,26 @@ TEST(SftSamples, TrainOnPromptLabelsEveryTokenButTheFirst) {
   EXPECT_TRUE(std::equal(row.labels.begin() + 1, row.labels.end(), row.input_ids.begin() + 1));
 }
 
+TEST(SftSamples, MaskHistoryLabelsTheLastResponseOnly) {
+  const auto tokenizer = Tokenizer::from_file(kFixtures + "/qwen3");
+  const auto qwen = ChatTemplate::named("qwen3_nothink");
+  const std::vector<hp::data::ChatMessage> chat = {{"user", "Hi"}, {"assistant", "Hello there"}, {"user", "2+2?"}, {"assistant", "4"}};
+  SampleOptions options;
+  const TrainingRow all = hp::data::tokenize_conversation(tokenizer, qwen, chat, options);
+  options.mask_history = true;
+  const TrainingRow last = hp::data::tokenize_conversation(tokenizer, qwen, chat, options);
+  ASSERT_EQ(all.input_ids, last.input_ids);
+  const auto labelled = [&](const TrainingRow& row) {
+    std::vector<int64_t> ids;
+    for (int64_t l : row.labels) {
+      if (l != kIgnoreLabel) ids.push_back(l);
+    }
+    return tokenizer.decode(ids);
+  };
+  EXPECT_EQ(labelled(all), "Hello there<|im_end|>4<|im_end|>");
+  EXPECT_EQ(labelled(last), "4<|im_end|>");
+}
+
 TEST(SftSamples, CutoffTruncatesAndDropsSamplesWithoutResponseTokens) {
   const auto tokenizer = Tokenizer::from_file(kFixtures + "/qwen3");
   const auto qwen = ChatTemplate::named("qwen");

@@ -16,6 +16,32 @@
 #include "hyperparallel/train/trainer.h"
 
 namespace hyperparallel::cli {
+namespace {
+
+// NNODES / NODE_RANK / MASTER_ADDR / MASTER_PORT, as llamafactory-cli reads them to start
+// torchrun on each node: the same command on every node then forms one job.
+launch::LaunchSpec llamafactory_nodes() {
+  launch::LaunchSpec spec;
+  const auto number = [](const char* name, int min_value, int fallback) {
+    const char* v = std::getenv(name);
+    return v && *v ? parse_int_option(name, v, min_value) : fallback;
+  };
+  spec.nnodes = number("NNODES", 1, 1);
+  spec.node_rank = number("NODE_RANK", 0, 0);
+  spec.master_port = number("MASTER_PORT", 1, 0);
+  const char* addr = std::getenv("MASTER_ADDR");
+  if (addr && *addr) spec.master_addr = addr;
+  if (spec.nnodes > 1 && !(addr && *addr)) {
+    throw UserError("NNODES=" + std::to_string(spec.nnodes) + " needs MASTER_ADDR (node 0's address) and MASTER_PORT on every node");
+  }
+  if (spec.node_rank >= spec.nnodes) {
+    throw UserError("NODE_RANK=" + std::to_string(spec.node_rank) + " is not below NNODES=" + std::to_string(spec.nnodes));
+  }
+  if (spec.nnodes > 1 && spec.master_port == 0) throw UserError("NNODES > 1 needs MASTER_PORT (the same free port on node 0 for every node)");
+  return spec;
+}
+
+}  // namespace
 
 int train_command(const Args& args) {
   std::string config_path;
@@ -31,12 +57,16 @@ int train_command(const Args& args) {
       // The launcher's spelling is accepted for the one process-count key.
       if (key.rfind("nproc-per-node=", 0) == 0) key = "nproc_per_node=" + key.substr(15);
       overrides.push_back(key);
-    } else if (config_path.empty()) {
+    } else if (config_path.empty() && a.find('=') == std::string::npos) {
       config_path = a;
+    } else if (a.find('=') != std::string::npos && a[0] != '=') {
+      overrides.push_back(a);  // LlamaFactory's form: llamafactory-cli train CONFIG.yaml key=value
     } else {
-      throw UserError("command line: unexpected argument '" + a + "'; usage: hyperparallel train CONFIG.yaml [--key=value ...]");
+      throw UserError("command line: unexpected argument '" + a + "'; usage: hyperparallel train CONFIG.yaml [--key=value | key=value ...]");
     }
   }
+  // LlamaFactory's launch variables (llamafactory-cli hands them to torchrun): the command line wins.
+  if (const char* n = std::getenv("NPROC_PER_NODE"); n && *n) overrides.insert(overrides.begin(), std::string("nproc_per_node=") + n);
   if (config_path.empty() && overrides.empty()) {
     throw UserError("usage: hyperparallel train CONFIG.yaml [--key=value ...] (keys in docs/config.md)");
   }
@@ -45,8 +75,9 @@ int train_command(const Args& args) {
   const char* fault_spec = std::getenv("HP_FAULT_INJECT");
   std::shared_ptr<platform::FaultInjector> faults;
   if (fault_spec) faults = std::make_shared<platform::FaultInjector>(fault_spec);  // checked before ranks start
-  if (info.source == "single process" && config.nproc_per_node > 1) {
-    launch::LaunchSpec spec;
+  const launch::LaunchSpec nodes = llamafactory_nodes();
+  if (info.source == "single process" && (config.nproc_per_node > 1 || nodes.nnodes > 1)) {
+    launch::LaunchSpec spec = nodes;
     spec.nproc_per_node = static_cast<int>(config.nproc_per_node);
     spec.command = {self_executable(), "train"};
     spec.command.insert(spec.command.end(), args.begin(), args.end());

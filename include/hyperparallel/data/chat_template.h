@@ -8,7 +8,10 @@
 //   qwen3   Qwen3's template: an empty <think></think> block on assistant turns after the
 //           last user query, reasoning split out of "<think>...</think>" content,
 //           enable_thinking = false adds the empty block to the generation prompt
-//   qwen    ChatML (<|im_start|>role\ncontent<|im_end|>\n), no default system prompt
+//   qwen    ChatML (<|im_start|>role\ncontent<|im_end|>\n) with LlamaFactory's default system
+//           prompt "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+//   qwen3_nothink  ChatML without a default system prompt or think blocks (LlamaFactory's
+//           template for Qwen3 instruct models that do not reason)
 //   llama3  Llama 3: <|begin_of_text|>, <|start_header_id|>role<|end_header_id|>\n\n,
 //           trimmed content, <|eot_id|>; the assistant header only with add_generation_prompt
 //           (Meta's template; the fixture's copy appends it unconditionally)
@@ -16,6 +19,9 @@
 //   default LlamaFactory's plain-text template for models without one:
 //           "System: s<eos>\nHuman: u<eos>\nAssistant:a<eos>\n" (needs the tokenizer's eos token)
 // Roles: system (first message only), user, assistant; anything else is a UserError.
+// A conversation without a system message (or with an empty one) gets the template's default
+// system prompt, as LlamaFactory renders it; with_default_system() replaces it (LlamaFactory's
+// `default_system` key), "" turns it off.
 //
 // render_with_spans() also returns where each assistant response lies in the text: from the
 // end of the assistant header to the end of the turn's end marker (<|im_end|>, <|eot_id|>,
@@ -56,13 +62,17 @@ class ChatTemplate {
   static ChatTemplate named(const std::string& name, const std::string& eos_token = "");
   static std::vector<std::string> names();
   const std::string& name() const { return name_; }
+  const std::string& default_system() const { return default_system_; }
+  ChatTemplate with_default_system(std::string system) const;
   std::string render(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options = {}) const;
   RenderedChat render_with_spans(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options = {}) const;
 
  private:
-  ChatTemplate(std::string name, std::string eos_token) : name_(std::move(name)), eos_token_(std::move(eos_token)) {}
+  ChatTemplate(std::string name, std::string eos_token, std::string default_system)
+      : name_(std::move(name)), eos_token_(std::move(eos_token)), default_system_(std::move(default_system)) {}
   std::string name_;
   std::string eos_token_;
+  std::string default_system_;
 };
 
 }  // namespace hyperparallel::data

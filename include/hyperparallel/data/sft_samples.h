@@ -3,7 +3,7 @@
 // A conversation is rendered once by its chat template (ChatTemplate::render_with_spans) and
 // encoded once, so the ids are exactly what the model's own template and tokenizer give at
 // inference. Labels are the ids on assistant responses (their end marker included) and -100
-// elsewhere; `train_on_prompt` labels every token. A response boundary inside the text maps to
+// elsewhere; `train_on_prompt` labels every token, `mask_history` only the last response. A response boundary inside the text maps to
 // a token boundary by encoding the text up to it and taking the common prefix with the full
 // encoding (a BPE merge that straddles the boundary counts as response). The first label of
 // every row is -100: nothing predicts a sample's first token, and in a packed row that keeps
@@ -38,6 +38,7 @@ struct TrainingRow {
 struct SampleOptions {
   int64_t cutoff_len = 2048;
   bool train_on_prompt = false;
+  bool mask_history = false;  // labels on the last assistant response only (LlamaFactory's mask_history)
   ChatRenderOptions render;  // e.g. enable_thinking
 };
 

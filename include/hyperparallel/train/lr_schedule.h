@@ -1,7 +1,14 @@
 // Learning-rate schedules as Hugging Face's get_scheduler defines them, as a pure function of
-// the optimizer step (0-based: the rate used by the first step is lr_at(0)).
+// the optimizer step (0-based: the rate used by the first step is lr_at(0)). With
+// progress = (step - warmup) / (total - warmup):
 //   linear                 warmup 0 -> peak, then peak -> 0 at total_steps
-//   cosine                 warmup, then peak * 0.5 * (1 + cos(pi * progress))
+//   cosine                 warmup, then peak * 0.5 * (1 + cos(pi * 2 * num_cycles * progress)),
+//                          num_cycles 0.5 by default (one half-wave down to 0)
+//   cosine_with_min_lr     the cosine factor f rescaled to f * (1 - r) + r, r = min_lr_rate
+//                          (or min_lr / peak): it ends at the floor instead of 0
+//   cosine_with_restarts   peak * 0.5 * (1 + cos(pi * ((num_cycles * progress) mod 1))),
+//                          num_cycles 1 by default; 0 after total_steps
+//   polynomial             (peak - lr_end) * (1 - progress)^power + lr_end; lr_end after total
 //   constant               peak throughout (no warmup, as HF)
 //   constant_with_warmup   warmup, then peak
 // Warmup is linear from 0: peak * step / warmup_steps.
@@ -17,6 +24,10 @@ struct LrSchedule {
   double peak = 5e-5;
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
+  double num_cycles = -1;   // -1: the schedule's default (cosine 0.5, cosine_with_restarts 1)
+  double min_lr_rate = 0;   // cosine_with_min_lr
+  double lr_end = 1e-7;     // polynomial
+  double power = 1.0;       // polynomial
 
   double lr_at(int64_t step) const;
 };

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hyperparallel/models/plan_overrides.h"
@@ -22,6 +23,15 @@ struct MixPrecisionConfig {
   std::string param_dtype = "float32";   // float32 | bfloat16
   std::string reduce_dtype = "float32";  // float32 | bfloat16
   std::string output_dtype = "float32";  // float32 | bfloat16
+};
+
+// lr_scheduler_kwargs, as HF's get_scheduler reads them for each schedule.
+struct LrSchedulerKwargs {
+  std::optional<double> min_lr;       // cosine_with_min_lr: floor of the rate
+  std::optional<double> min_lr_rate;  // cosine_with_min_lr: floor as a fraction of learning_rate
+  double num_cycles = -1;             // cosine (0.5) and cosine_with_restarts (1); -1: the schedule's default
+  double lr_end = 1e-7;               // polynomial: final rate
+  double power = 1.0;                 // polynomial: exponent
 };
 
 struct FsdpConfig {
@@ -62,6 +72,8 @@ struct TrainConfig {
   std::optional<int64_t> max_samples;
   bool packing = false;
   bool train_on_prompt = false;
+  bool mask_history = false;                  // labels on the last assistant turn only
+  std::optional<std::string> default_system;  // null: the template's own default system prompt
   bool enable_thinking = true;
   std::string bad_records = "stop";  // stop | skip
   int64_t heldout_eval_samples = 0;  // built-in synthetic datasets: accuracy before/after
@@ -70,6 +82,7 @@ struct TrainConfig {
   bool overwrite_output_dir = false;
   int64_t logging_steps = 10;
   int64_t save_steps = 500;
+  bool save_checkpoints = true;  // save_strategy: no turns checkpoints off (the model is still exported)
   std::optional<int64_t> save_total_limit;
   bool plot_loss = false;
   // training
@@ -83,7 +96,8 @@ struct TrainConfig {
   double max_grad_norm = 1.0;
   double num_train_epochs = 3.0;
   int64_t max_steps = -1;
-  std::string lr_scheduler_type = "linear";  // linear | cosine | constant | constant_with_warmup
+  std::string lr_scheduler_type = "linear";  // linear | cosine | cosine_with_min_lr | polynomial | ...
+  LrSchedulerKwargs lr_scheduler_kwargs;
   double warmup_ratio = 0.0;
   int64_t warmup_steps = 0;
   bool bf16 = false;
@@ -98,8 +112,14 @@ struct TrainConfig {
   // LlamaFactory keys accepted for compatibility (ddp_timeout sets comm_timeout_s).
   bool overwrite_cache = false;
   std::optional<int64_t> preprocessing_num_workers;
-  std::string report_to = "none";
+  std::vector<std::string> report_to;  // trackers asked for; none is contacted (listed as ignored)
   bool trust_remote_code = false;
+  std::string optim = "adamw_torch";
+  std::string deepspeed;  // a DeepSpeed config path: not read, FSDP does the sharding (listed as ignored)
+  std::string hyper_parallel_args;  // HyperParallelArguments JSON, applied as our keys at load
+  // Keys of LlamaFactory / the HF Trainer accepted with no effect here, with the reason; the
+  // trainer lists them once when it starts.
+  std::vector<std::pair<std::string, std::string>> ignored_keys;
   FsdpConfig fsdp_config;
   AcceleratorConfig accelerator;
 };
