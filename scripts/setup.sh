@@ -14,6 +14,7 @@ packages=(
   librsvg2-bin        # rsvg-convert: training_loss.png next to the SVG
   clang-14 libclang-rt-14-dev  # make fuzz: libFuzzer with ASan + UBSan
   libgtest-dev libgmock-dev
+  python3-jinja2      # tests: exported chat templates rendered as transformers renders them
   iproute2 procps
 )
 

@@ -83,7 +83,7 @@ int64_t step_of(const fs::path& dir) {
 nlohmann::json info_json(const CheckpointInfo& info) {
   return {{"step", info.step},           {"sampler_position", info.sampler_position}, {"global_batch_rows", info.global_batch_rows},
           {"data_rows", info.data_rows}, {"seed", info.seed},                         {"world_size", info.world_size},
-          {"mesh_shape", info.mesh_shape}, {"model", info.model}};
+          {"mesh_shape", info.mesh_shape}, {"model", info.model}, {"input_tokens", info.input_tokens}};
 }
 
 // Every piece of every tensor in a checkpoint's rank files, and reads of any box of them.
@@ -391,6 +391,7 @@ CheckpointInfo read_checkpoint_info(const std::string& dir) {
     info.world_size = j.at("world_size").get<int64_t>();
     info.mesh_shape = j.at("mesh_shape").get<std::vector<int64_t>>();
     info.model = j.at("model").get<std::string>();
+    info.input_tokens = j.value("input_tokens", int64_t{0});  // absent in checkpoints written before it was recorded
     if (j.at("files").size() != static_cast<size_t>(info.world_size)) throw UserError("files does not list one file per rank");
     for (const auto& f : j.at("files")) info.file_checksums.push_back(f.at("fnv1a64").get<std::string>());
     return info;

@@ -39,6 +39,7 @@ TrainerLog::TrainerLog(const std::string& output_dir, int64_t resume_step) {
       }
       if (j["step"].get<int64_t>() > resume_step) break;
       kept_.emplace_back(j["step"].get<int64_t>(), j["loss"].get<double>());
+      lines_.push_back(j);
       kept_text += line + "\n";
     }
   }
@@ -48,6 +49,7 @@ TrainerLog::TrainerLog(const std::string& output_dir, int64_t resume_step) {
 }
 
 void TrainerLog::write(const nlohmann::json& line) {
+  lines_.push_back(line);
   out_ << line.dump() << '\n';
   out_.flush();
 }

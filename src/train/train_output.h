@@ -21,10 +21,13 @@ class TrainerLog {
   void write(const nlohmann::json& line);
   // (step, loss) of the kept lines, for the loss plot.
   const std::vector<std::pair<int64_t, double>>& kept() const { return kept_; }
+  // Every line of the file: the kept ones and those written since.
+  const std::vector<nlohmann::json>& lines() const { return lines_; }
 
  private:
   std::ofstream out_;
   std::vector<std::pair<int64_t, double>> kept_;
+  std::vector<nlohmann::json> lines_;
 };
 
 // Rank 0's screen. On a terminal, a bar (step/total, loss, lr, tok/s, ETA) redrawn at most 5

@@ -21,9 +21,11 @@
 #include "hyperparallel/train/checkpoint.h"
 #include "hyperparallel/train/lr_schedule.h"
 #include "heldout_eval.h"
+#include "hf_outputs.h"
 #include "output_dir.h"
 #include "parallelize.h"
 #include "train_data.h"
+#include "train_metrics.h"
 #include "train_output.h"
 #include "train_step.h"
 
@@ -86,9 +88,26 @@ double evaluate_and_report(const char* when, models::CausalLM& model, const Trai
 }
 
 // The model as a Hugging Face folder in output_dir, like transformers' Trainer at the end.
-void export_model(models::CausalLM& model, const TrainConfig& c, bool leader) {
+void export_model(models::CausalLM& model, const TrainConfig& c, const data::Tokenizer& tokenizer, bool leader) {
   models::save_pretrained(model, c.output_dir);
-  if (leader) data::copy_tokenizer_files(tokenizer_dir(c), c.output_dir);
+  if (!leader) return;
+  data::copy_tokenizer_files(tokenizer_dir(c), c.output_dir);
+  if (!c.chat_template.empty()) add_missing_chat_template(c.output_dir, chat_template_for(c, tokenizer));
+  write_generation_config(c.output_dir, models::is_debug_flavour(c.model_name_or_path) ? "" : c.model_name_or_path, tokenizer);
+}
+
+// The job's matmul roofline: every rank measures at once (so shared cores are shared here
+// too), the rates summed.
+double job_roofline_gflops(const models::ModelConfig& config, comm::Communicator& world) {
+  at::Tensor rate = at::full({1}, measure_matmul_gflops(config), at::kDouble);
+  world.all_reduce(rate).wait();
+  return rate.item<double>();
+}
+
+double peak_rss_mib() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
 }
 
 // The checkpoint's facts, checked against this run: the sampler position only means the same
@@ -176,7 +195,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   if (!c.do_train) {  // load, evaluate, export
     TrainResult result;
     if (c.heldout_eval_samples > 0) result.heldout_accuracy_after = evaluate_and_report("without", *model, data, c, layout, *world, units, log);
-    export_model(*model, c, leader);
+    export_model(*model, c, *data.tokenizer, leader);
     if (leader) log << "do_train is false: exported the model to " << c.output_dir << " without training\n";
     return result;
   }
@@ -193,7 +212,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   const LrSchedule schedule = make_schedule(c, total_steps);
 
   data::SamplerPosition position;
-  int64_t start_step = 0;
+  int64_t start_step = 0, tokens_before = 0, total_tokens = 0;  // tokens: before this run, in it
   std::string resumed_from;
   std::vector<std::string> superseded;  // later checkpoints of the run this one branches from
   if (!c.resume_from_checkpoint.empty()) {
@@ -201,6 +220,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     const CheckpointInfo info = resume_checkpoint(resumed_from, c, sampler, static_cast<int64_t>(data.rows.size()), total_steps);
     load_checkpoint(resumed_from, *model, optimizer.get(), world->rank());
     start_step = info.step;
+    tokens_before = info.input_tokens;
     position = sampler.position_from_json(info.sampler_position.dump());
     if (leader) superseded = supersede_later_checkpoints(c.output_dir, start_step);
     world->barrier().wait();  // no rank saves before the old line is out of the way
@@ -217,6 +237,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     info.world_size = world->size();
     info.mesh_shape = mesh.shape();
     info.model = c.model_name_or_path;
+    info.input_tokens = tokens_before + total_tokens;
     const std::string dir = save_checkpoint(c.output_dir, info, {models::model_config_json(model->config()), tokenizer_dir(c)},
                                             *model, *optimizer, *world, c.save_total_limit.value_or(0));
     if (leader) screen.line("saved " + dir);
@@ -267,12 +288,18 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   const auto counters_start = counters_now();
   const double wait_start = wait_now();
 
+  const double roofline_gflops = job_roofline_gflops(model->config(), *world);
+  int64_t row_tokens = 0;
+  for (const auto& row : data.rows) row_tokens += static_cast<int64_t>(row.input_ids.size());
+  const double flops_per_token =
+      training_flops_per_token(model->config(), static_cast<double>(row_tokens) / static_cast<double>(std::max<size_t>(1, data.rows.size())));
+
   TrainResult result;
   if (c.heldout_eval_samples > 0) result.heldout_accuracy_before = evaluate_and_report("before", *model, data, c, layout, *world, units, log);
   std::vector<double> step_times;
   std::vector<std::pair<int64_t, double>> logged = leader ? trainer_log->kept() : std::vector<std::pair<int64_t, double>>{};
   double interval_loss = 0, interval_tokens_per_s = 0;
-  int64_t interval_steps = 0, total_tokens = 0;
+  int64_t interval_steps = 0;
   const auto t_start = Clock::now();
   for (int64_t step = start_step; step < total_steps; ++step) {
     const auto t_step = Clock::now();
@@ -298,8 +325,15 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
       const double epoch = static_cast<double>(step + 1) / static_cast<double>(sampler.steps_per_epoch());
       const double mean_loss = interval_loss / static_cast<double>(interval_steps);
       const double tokens_per_s = interval_tokens_per_s / static_cast<double>(interval_steps);
+      const double throughput = static_cast<double>(total_tokens) / elapsed;
+      // Ours first, then LlamaFactory's LogCallback fields, so its tools read the file too.
       trainer_log->write({{"step", step + 1}, {"loss", mean_loss}, {"grad_norm", grad_norm}, {"lr", lr}, {"epoch", epoch},
-                          {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed}});
+                          {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed}, {"peak_rss_mib", peak_rss_mib()},
+                          {"mfu", flops_per_token * throughput / (roofline_gflops * 1e9)},
+                          {"current_steps", step + 1}, {"total_steps", total_steps},
+                          {"percentage", std::round(10000.0 * static_cast<double>(step + 1) / static_cast<double>(total_steps)) / 100.0},
+                          {"elapsed_time", timedelta_text(elapsed)}, {"remaining_time", timedelta_text(eta)},
+                          {"throughput", std::round(throughput * 100.0) / 100.0}, {"total_tokens", tokens_before + total_tokens}});
       logged.emplace_back(step + 1, mean_loss);
       char line[256];
       std::snprintf(line, sizeof(line), "step %lld/%lld loss %.4f grad_norm %.3f lr %.3g epoch %.2f tok/s %.0f eta %.0fs",
@@ -314,7 +348,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   screen.finish();
   result.steps = total_steps;
   result.first_step = start_step;
-  export_model(*model, c, leader);
+  export_model(*model, c, *data.tokenizer, leader);
   const double train_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   if (c.heldout_eval_samples > 0) result.heldout_accuracy_after = evaluate_and_report("after", *model, data, c, layout, *world, units, log);
 
@@ -348,10 +382,24 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
         {"tokens_per_s", static_cast<double>(total_tokens) / train_seconds},
         {"peak_rss_bytes", std::vector<int64_t>(rss.data_ptr<int64_t>(), rss.data_ptr<int64_t>() + rss.numel())},
         {"comm_per_step_rank0", comm_per_step},
-        {"exposed_comm_fraction", (wait_now() - wait_start) / train_seconds}};
+        {"exposed_comm_fraction", (wait_now() - wait_start) / train_seconds},
+        {"flops_per_token", flops_per_token},
+        {"roofline_gflops", roofline_gflops},
+        {"mfu", flops_per_token * static_cast<double>(total_tokens) / train_seconds / (roofline_gflops * 1e9)}};
     if (result.heldout_accuracy_before) summary["heldout_accuracy_before"] = *result.heldout_accuracy_before;
     if (result.heldout_accuracy_after) summary["heldout_accuracy_after"] = *result.heldout_accuracy_after;
     write_json_file(c.output_dir + "/train_summary.json", summary);
+    TrainMetrics metrics;
+    metrics.global_step = total_steps;
+    metrics.max_steps = total_steps;
+    metrics.epoch = static_cast<double>(total_steps) / static_cast<double>(sampler.steps_per_epoch());
+    for (double loss : result.step_losses) metrics.train_loss += loss / static_cast<double>(result.step_losses.size());
+    metrics.train_runtime_s = train_seconds;
+    metrics.samples = (total_steps - start_step) * sampler.global_batch();
+    metrics.input_tokens = tokens_before + total_tokens;
+    metrics.total_flos = 6.0 * static_cast<double>(model->config().parameter_count()) * static_cast<double>(metrics.input_tokens);
+    metrics.global_batch_rows = sampler.global_batch();
+    write_hf_trainer_files(c.output_dir, c, trainer_log->lines(), metrics);
     if (c.plot_loss) {
       write_loss_svg(c.output_dir + "/training_loss.svg", logged);
       convert_svg_to_png(c.output_dir + "/training_loss.svg", c.output_dir + "/training_loss.png");

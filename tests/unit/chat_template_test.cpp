@@ -6,6 +6,10 @@
 #include "hyperparallel/data/chat_template.h"
 #include "hyperparallel/data/tokenizer.h"
 #include "hyperparallel/platform/user_error.h"
+#include "support/subprocess.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 namespace hp = hyperparallel;
 using hp::data::ChatMessage;
@@ -125,4 +129,54 @@ TEST(ChatTemplate, SpansMarkEachAssistantResponseInTheRenderedText) {
     for (const auto& span : chat.responses) got.push_back(chat.text.substr(span.begin, span.end - span.begin));
     EXPECT_EQ(got, responses) << name;
   }
+}
+
+// The Jinja an exported model carries renders, under transformers' Jinja settings, exactly
+// what render() gives: every template, with and without (default) system prompts, multi-turn,
+// with and without a generation prompt.
+TEST(ChatTemplate, JinjaRendersWhatRenderDoes) {
+  const std::vector<std::vector<ChatMessage>> conversations = {
+      {{"user", "Hi"}, {"assistant", "Hello!"}},
+      {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", " 2+2? "}, {"assistant", "4"}},
+      {{"system", ""}, {"user", "It's \"quoted\" \\ and\nmultiline"}},
+      {{"user", "Think"}, {"assistant", "<think>\nhmm\n</think>\n\nDone."}, {"user", "Again"}},
+  };
+  nlohmann::json cases = nlohmann::json::array();
+  std::vector<std::string> expected;
+  for (const auto& name : ChatTemplate::names()) {
+    for (const std::string system : {"<keep>", "", "Be kind, 'really'."}) {
+      ChatTemplate t = ChatTemplate::named(name, "</s>");
+      if (system != "<keep>") t = t.with_default_system(system);
+      for (const auto& messages : conversations) {
+        for (const bool generation : {false, true}) {
+          if (name == "llama2" && messages.size() % 2 == (messages[0].role == "system" ? 0u : 1u) && !generation) continue;
+          hp::data::ChatRenderOptions options;
+          options.add_generation_prompt = generation;
+          nlohmann::json msgs = nlohmann::json::array();
+          for (const auto& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+          std::string text;
+          try {
+            text = t.render(messages, options);
+          } catch (const hp::UserError&) {
+            continue;  // llama2 refuses non-alternating turns; the Jinja raises too
+          }
+          cases.push_back({{"template", t.jinja()}, {"messages", msgs}, {"add_generation_prompt", generation}});
+          expected.push_back(text);
+          if (name == "qwen3" && generation) {
+            options.enable_thinking = false;
+            cases.push_back({{"template", t.jinja()}, {"messages", msgs}, {"add_generation_prompt", true}, {"enable_thinking", false}});
+            expected.push_back(t.render(messages, options));
+          }
+        }
+      }
+    }
+  }
+  const std::string in = ::testing::TempDir() + "hp_jinja_cases.json", out = ::testing::TempDir() + "hp_jinja_out.json";
+  std::ofstream(in) << cases.dump();
+  const auto run = hp::testing::run_subprocess({"python3", HP_SOURCE_DIR "/tests/support/render_jinja.py", in, out});
+  ASSERT_EQ(run.exit_code, 0) << run.output << "(scripts/setup.sh installs python3-jinja2)";
+  const auto rendered = nlohmann::json::parse(std::ifstream(out)).get<std::vector<std::string>>();
+  ASSERT_EQ(rendered.size(), expected.size());
+  EXPECT_GE(expected.size(), 100u);
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(rendered[i], expected[i]) << cases[i].dump();
 }

@@ -135,6 +135,40 @@ TEST(Launcher, ACommandThatCannotRunIsReported) {
   EXPECT_NE(r.output.find("cannot execute the command: /nonexistent/program"), std::string::npos) << r.output;
 }
 
+// torchrun's spellings of a static single-node job.
+TEST(Launcher, TorchrunsRendezvousOptionsAreAccepted) {
+  const auto standalone = run_subprocess({HP_CLI_PATH, "run", "--standalone", "--nproc_per_node=2", "--", "sh", "-c", "echo w=$WORLD_SIZE"});
+  EXPECT_EQ(standalone.exit_code, 0) << standalone.output;
+  EXPECT_NE(standalone.output.find("[rank 1] w=2"), std::string::npos) << standalone.output;
+  const auto endpoint = run_subprocess({HP_CLI_PATH, "run", "--rdzv-backend=c10d", "--rdzv-id", "job7", "--rdzv_endpoint=127.0.0.1:0",
+                                        "--nproc-per-node", "2", "--", "sh", "-c", "echo a=$MASTER_ADDR"});
+  EXPECT_EQ(endpoint.exit_code, 0) << endpoint.output;
+  EXPECT_NE(endpoint.output.find("[rank 0] a=127.0.0.1"), std::string::npos) << endpoint.output;
+}
+
+// Every subcommand answers --help (its synopsis; train adds its keys) and --version, exit 0.
+TEST(Launcher, EverySubcommandAnswersHelpAndVersion) {
+  for (const std::string command : {"run", "selfcheck", "tokenize", "train", "train-tokenizer", "export", "generate"}) {
+    SCOPED_TRACE(command);
+    const auto help = run_subprocess({HP_CLI_PATH, command, "--help"});
+    EXPECT_EQ(help.exit_code, 0) << help.output;
+    EXPECT_EQ(help.output.rfind("usage: hyperparallel " + command + " ", 0), 0u) << help.output;
+    const auto version = run_subprocess({HP_CLI_PATH, command, "--version"});
+    EXPECT_EQ(version.exit_code, 0) << version.output;
+    EXPECT_TRUE(std::regex_match(version.output, std::regex("hyperparallel [0-9]+\\.[0-9]+\\.[0-9]+\n"))) << version.output;
+  }
+  const auto train = run_subprocess({HP_CLI_PATH, "train", "cfg.yaml", "-h"});
+  EXPECT_NE(train.output.find("  fsdp_config.dp_shard_size: int, -1 or >= 1 = -1\n"), std::string::npos) << train.output;
+  EXPECT_NE(train.output.find("  lr_scheduler_kwargs: mapping = {}\n"), std::string::npos) << train.output;
+  EXPECT_EQ(run_subprocess({HP_CLI_PATH, "help", "export"}).output, run_subprocess({HP_CLI_PATH, "export", "--help"}).output);
+  const auto top = run_subprocess({HP_CLI_PATH, "--version"});
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_EQ(top.output, run_subprocess({HP_CLI_PATH, "train", "--version"}).output);
+  // A --help after run's command belongs to that command.
+  const auto child = run_subprocess({HP_CLI_PATH, "run", "--nproc-per-node", "1", "--no-prefix", "--", "sh", "-c", "echo \"$0\"", "--help"});
+  EXPECT_EQ(child.output, "--help\n");
+}
+
 TEST(Launcher, BadArgumentsExitWithCode2) {
   struct Case {
     std::vector<std::string> args;
@@ -149,6 +183,9 @@ TEST(Launcher, BadArgumentsExitWithCode2) {
        "--node-rank 2 must be in [0, 2)"},
       {{"--nproc-per-node", "2"}, "no command to run; put it after '--'"},
       {{"--bogus", "--", "true"}, "unknown option --bogus"},
+      {{"--rdzv-endpoint", ":29500", "--", "true"}, "--rdzv-endpoint ':29500' has no host"},
+      {{"--rdzv-backend", "etcd", "--", "true"}, "--rdzv-backend etcd is not supported"},
+      {{"--nnodes", "2", "--standalone", "--", "true"}, "--standalone is a single-node job"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> argv = {HP_CLI_PATH, "run"};

@@ -65,6 +65,49 @@ hp::train::TrainConfig load(const std::string& yaml, const std::vector<std::stri
 
 const std::string kMinimal = "model_name_or_path: qwen3-debug\ndataset: synthetic_reverse\ntemplate: qwen3\noutput_dir: /tmp/x\n";
 
+// What LlamaFactory's and HF's tools read after a run of `steps` steps, logged every step.
+void check_llamafactory_outputs(const std::string& out, int64_t steps) {
+  const auto lines = log_lines(out);
+  ASSERT_EQ(static_cast<int64_t>(lines.size()), steps);
+  int64_t tokens = 0;
+  for (const auto& line : lines) {
+    for (const char* key : {"current_steps", "total_steps", "percentage", "elapsed_time", "remaining_time", "throughput",
+                            "total_tokens", "loss", "lr", "epoch", "peak_rss_mib", "mfu"}) {
+      EXPECT_TRUE(line.contains(key)) << key << " in " << line.dump();
+    }
+    EXPECT_EQ(line["total_steps"], steps);
+    EXPECT_GT(line["total_tokens"].get<int64_t>(), tokens);  // grows every step
+    tokens = line["total_tokens"].get<int64_t>();
+    EXPECT_TRUE(std::regex_match(line["elapsed_time"].get<std::string>(), std::regex("\\d+:\\d\\d:\\d\\d")));
+    EXPECT_GT(line["mfu"].get<double>(), 0);
+    EXPECT_GT(line["peak_rss_mib"].get<double>(), 10);
+  }
+  EXPECT_EQ(lines.back()["percentage"], 100.0);
+  const auto state = nlohmann::json::parse(std::ifstream(out + "/trainer_state.json"));
+  EXPECT_EQ(state["global_step"], steps);
+  EXPECT_EQ(state["num_input_tokens_seen"], tokens);
+  ASSERT_EQ(static_cast<int64_t>(state["log_history"].size()), steps + 1);
+  for (int64_t i = 0; i < steps; ++i) {
+    EXPECT_EQ(state["log_history"][i]["loss"], lines[i]["loss"]);
+    EXPECT_EQ(state["log_history"][i]["learning_rate"], lines[i]["lr"]);
+    EXPECT_EQ(state["log_history"][i]["step"], i + 1);
+  }
+  const auto results = nlohmann::json::parse(std::ifstream(out + "/train_results.json"));
+  EXPECT_EQ(results, nlohmann::json::parse(std::ifstream(out + "/all_results.json")));
+  for (const char* key : {"epoch", "total_flos", "train_loss", "train_runtime", "train_samples_per_second", "train_steps_per_second"}) {
+    EXPECT_TRUE(results.contains(key)) << key;
+    EXPECT_EQ(state["log_history"].back()[key], results[key]) << key;
+  }
+  double mean_loss = 0;
+  for (const auto& line : lines) mean_loss += line["loss"].get<double>() / static_cast<double>(steps);
+  EXPECT_NEAR(results["train_loss"].get<double>(), mean_loss, 1e-9);
+  // The exported folder: generation_config.json and a chat template.
+  const auto generation = nlohmann::json::parse(std::ifstream(out + "/generation_config.json"));
+  EXPECT_TRUE(generation.contains("eos_token_id")) << generation.dump();
+  const auto tokenizer_config = nlohmann::json::parse(std::ifstream(out + "/tokenizer_config.json"));
+  EXPECT_TRUE(tokenizer_config.contains("chat_template") && tokenizer_config["chat_template"].is_string());
+}
+
 }  // namespace
 
 // LlamaFactory's train_full and FSDP examples, byte for byte apart from the paths: they train,
@@ -85,6 +128,7 @@ TEST(LlamaFactoryConfigs, UpstreamExamplesRunWithOnlyTheirPathsChanged) {
     EXPECT_NE(run.output.find("  dataloader_num_workers: "), std::string::npos) << run.output;
     EXPECT_EQ(run.output.find("step 4/"), std::string::npos) << run.output;
     EXPECT_TRUE(fs::exists(out + "/model.safetensors"));
+    check_llamafactory_outputs(out, 3);
     fs::remove_all(out);
   }
 }

@@ -67,6 +67,20 @@ int run_command(const Args& args) {
       addr_given = true;
     } else if (take_option(args, i, "--master-port", v) || take_option(args, i, "--master_port", v)) {
       spec.master_port = parse_int_option("--master-port", v, 1);
+    } else if (take_option(args, i, "--rdzv-endpoint", v) || take_option(args, i, "--rdzv_endpoint", v)) {
+      // torchrun's spelling of a static rendezvous: HOST[:PORT] of node 0's store.
+      const size_t colon = v.rfind(':');
+      spec.master_addr = v.substr(0, colon);
+      if (colon != std::string::npos) spec.master_port = parse_int_option("--rdzv-endpoint's port", v.substr(colon + 1), 0);
+      if (spec.master_addr.empty()) throw std::invalid_argument("--rdzv-endpoint '" + v + "' has no host; use HOST:PORT");
+      addr_given = true;
+    } else if (take_option(args, i, "--rdzv-backend", v) || take_option(args, i, "--rdzv_backend", v)) {
+      if (v != "static" && v != "c10d") throw std::invalid_argument("--rdzv-backend " + v + " is not supported; static and c10d are (a fixed set of nodes)");
+    } else if (take_option(args, i, "--rdzv-id", v) || take_option(args, i, "--rdzv_id", v)) {
+      // A job id for elastic rendezvous; a static job needs none.
+    } else if (args[i] == "--standalone") {
+      // torchrun --standalone: one node, a local store on a free port — this launcher's default.
+      if (spec.nnodes > 1) throw std::invalid_argument("--standalone is a single-node job; drop --nnodes");
     } else if (take_option(args, i, "--time-limit-s", v)) {
       spec.time_limit = std::chrono::seconds(parse_int_option("--time-limit-s", v, 1));
     } else if (args[i] == "--no-prefix") {
@@ -74,7 +88,7 @@ int run_command(const Args& args) {
     } else if (args[i].rfind("--", 0) == 0) {
       throw std::invalid_argument("unknown option " + args[i] +
                                   "; options: --nproc-per-node --nnodes --node-rank --master-addr --master-port "
-                                  "--time-limit-s --no-prefix, then -- CMD ...");
+                                  "--rdzv-endpoint --rdzv-backend --rdzv-id --standalone --time-limit-s --no-prefix, then -- CMD ...");
     } else {
       break;  // the command starts here
     }

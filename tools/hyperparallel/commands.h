@@ -3,6 +3,7 @@
 // exit code 2 in main.cpp.
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,13 @@ int train_command(const Args& args);            // hyperparallel train CONFIG.ya
 int train_tokenizer_command(const Args& args);  // hyperparallel train-tokenizer --dataset NAMES --out DIR
 int export_command(const Args& args);           // hyperparallel export CHECKPOINT OUT_DIR
 int generate_command(const Args& args);         // hyperparallel generate --model DIR --prompt TEXT
+
+// help.cpp: the overview, the version line, and CMD --help (train adds its config keys).
+std::string usage_text();
+std::string version_text();
+// Whether one of args[0, end) is --help, -h or --version.
+bool is_help_or_version(const Args& args, size_t end);
+int help_command(const std::string& command, const Args& args, std::ostream& out);
 
 // Path of the running executable (for commands that start more of themselves).
 std::string self_executable();

@@ -15,28 +15,6 @@
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: hyperparallel <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  run --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P] -- CMD ...\n"
-    "        start N local ranks of CMD with torchrun's environment\n"
-    "  selfcheck [--nproc-per-node N] [--size-mib S]\n"
-    "        check every collective for exactness on N local ranks (default 4) and print bandwidth\n"
-    "  tokenize --model DIR [--jsonl] [--decode] [--add-special-tokens]\n"
-    "        stdin lines to token ids (JSON arrays) with DIR's tokenizer.json, or back with --decode\n"
-    "  train CONFIG.yaml [--key=value | --section.key=value ...]\n"
-    "        fine-tune a Hugging Face model as the YAML says (keys: docs/config.md); starts\n"
-    "        nproc_per_node local ranks itself, or runs as one rank under a launcher\n"
-    "  train-tokenizer --dataset NAMES --out DIR [--dataset-dir D] [--template T] [--vocab-size N]\n"
-    "        learn a byte-level BPE tokenizer.json from datasets rendered by a chat template\n"
-    "  export CHECKPOINT OUT_DIR [--dtype float32|bfloat16] [--overwrite]\n"
-    "        write a training checkpoint (any layout) as a Hugging Face model folder\n"
-    "  generate --model DIR --prompt TEXT [--template T] [--system S] [--max-new-tokens N]\n"
-    "           [--temperature T] [--seed S] [--thinking]\n"
-    "        answer one prompt with a model folder (greedy by default, KV cache)\n"
-    "  help  show this text\n";
-
 bool is_secondary_rank() {
   const char* rank = std::getenv("RANK");
   return rank && std::strcmp(rank, "0") != 0;
@@ -46,10 +24,17 @@ bool is_secondary_rank() {
 
 int main(int argc, char** argv) {
   using namespace hyperparallel;
-  if (argc < 2 || std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "--help") == 0 ||
-      std::strcmp(argv[1], "-h") == 0) {
-    std::cout << kUsage;
-    return argc < 2 ? kExitUserError : kExitOk;
+  if (argc < 2) {
+    std::cerr << cli::usage_text();
+    return kExitUserError;
+  }
+  if (std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    // `hyperparallel help train` is `hyperparallel train --help`.
+    return cli::help_command(argc > 2 ? argv[2] : "", {}, std::cout);
+  }
+  if (std::strcmp(argv[1], "--version") == 0) {
+    std::cout << cli::version_text();
+    return kExitOk;
   }
   // A write to a peer that has gone must be an error (EPIPE) the code reports, not a signal
   // that kills this rank and hides the rank that failed first (Python, where PyTorch runs,
@@ -57,6 +42,8 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   const std::string command = argv[1];
   cli::Args args(argv + 2, argv + argc);
+  // run's own options end where the command starts; only a leading --help is run's.
+  if (cli::is_help_or_version(args, command == "run" ? 1 : args.size())) return cli::help_command(command, args, std::cout);
   try {
     if (command != "run" && command != "tokenize" && command != "train-tokenizer" && command != "generate" &&
         command != "export" && !is_secondary_rank()) std::cerr << platform::reference_blas_warning();
@@ -67,7 +54,7 @@ int main(int argc, char** argv) {
     if (command == "train-tokenizer") return cli::train_tokenizer_command(args);
     if (command == "export") return cli::export_command(args);
     if (command == "generate") return cli::generate_command(args);
-    std::cerr << "hyperparallel: unknown command '" << command << "'\n\n" << kUsage;
+    std::cerr << "hyperparallel: unknown command '" << command << "'\n\n" << cli::usage_text();
     return kExitUserError;
   } catch (const UserError& e) {
     std::cerr << "hyperparallel " << command << ": error: " << e.what() << "\n";

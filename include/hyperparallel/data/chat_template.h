@@ -66,6 +66,10 @@ class ChatTemplate {
   ChatTemplate with_default_system(std::string system) const;
   std::string render(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options = {}) const;
   RenderedChat render_with_spans(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options = {}) const;
+  // The same template as Jinja for tokenizer_config.json's chat_template (with its default
+  // system prompt), so transformers' apply_chat_template renders what render() does (qwen3:
+  // Qwen3's own template); an exported model without a chat template gets this one.
+  std::string jinja() const;
 
  private:
   ChatTemplate(std::string name, std::string eos_token, std::string default_system)

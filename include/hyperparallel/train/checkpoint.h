@@ -49,6 +49,7 @@ struct CheckpointInfo {
   int64_t world_size = 1;
   std::vector<int64_t> mesh_shape;
   std::string model;               // model_name_or_path of the run
+  int64_t input_tokens = 0;        // tokens trained on up to this step (all runs it continues)
   std::vector<std::string> file_checksums;  // per rank file, FNV-1a 64 as hex (read only)
 };
 
