@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "agent_store.h"
 #include "group_registry.h"
 #include "socket_store.h"
 #include "hyperparallel/launch/free_port.h"
@@ -110,20 +111,27 @@ std::shared_ptr<::gloo::transport::Device> make_device(const RendezvousInfo& inf
 struct Store {
   c10::intrusive_ptr<c10d::Store> client;
   std::shared_ptr<StoreServer> server;  // rank 0 only
+  StoreAddress address;                 // where `client` is connected
 };
 
 Store make_store(const RendezvousInfo& info, const CommOptions& options) {
-  if (info.world_size == 1) return {c10::make_intrusive<c10d::HashStore>(), nullptr};
-  const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
+  if (info.world_size == 1) return {c10::make_intrusive<c10d::HashStore>(), nullptr, {}};
   Store store;
-  if (info.rank == 0) {
-    // Bind exactly the master address: 127.0.0.1 for a local job, never every interface.
-    store.server = std::make_shared<StoreServer>(is_loopback(info.master_addr) ? "127.0.0.1" : info.master_addr,
-                                                 info.master_port, info.store_listen_fd);
+  store.address = {info.master_addr, info.master_port};
+  // Bind exactly the master address: 127.0.0.1 for a local job, never every interface.
+  const std::string bind_host = is_loopback(info.master_addr) ? "127.0.0.1" : info.master_addr;
+  if (!info.agent_store_key.empty()) {
+    // torchrun's agent serves MASTER_PORT: ours goes on a free port, its address through the agent.
+    if (info.rank == 0) store.server = std::make_shared<StoreServer>(bind_host, 0);
+    const StoreAddress ours{bind_host, store.server ? store.server->port() : 0};
+    store.address = exchange_through_agent_store(store.address, info.agent_store_key, info.rank, ours, options.rendezvous_timeout);
+  } else if (info.rank == 0) {
+    store.server = std::make_shared<StoreServer>(bind_host, info.master_port, info.store_listen_fd);
     unsetenv(launch::kStoreListenFdVar);  // served now; a later group in this process binds its own
   }
+  const std::string where = store.address.host + ":" + std::to_string(store.address.port);
   try {
-    store.client = c10::make_intrusive<SocketStore>(info.master_addr, info.master_port, options.rendezvous_timeout);
+    store.client = c10::make_intrusive<SocketStore>(store.address.host, store.address.port, options.rendezvous_timeout);
   } catch (const UserError&) {
     throw;
   } catch (const std::exception& e) {
@@ -185,7 +193,12 @@ RendezvousInfo read_launcher_environment(const EnvLookup& env) {
       throw UserError(std::string(env("RANK") ? "RANK" : "WORLD_SIZE") + " is set but " +
                       (env("RANK") ? "WORLD_SIZE" : "RANK") + " is not; set both (torchrun-style) or neither");
     }
-    return read_launcher_vars(env, {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
+    info = read_launcher_vars(env, {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
+    const std::string agent = env("TORCHELASTIC_USE_AGENT_STORE").value_or("");
+    if (agent == "True" || agent == "true" || agent == "1") {
+      info.agent_store_key = agent_store_key(env("TORCHELASTIC_RUN_ID").value_or("none"), env("TORCHELASTIC_RESTART_COUNT").value_or("0"));
+    }
+    return info;
   }
   if (env("OMPI_COMM_WORLD_RANK")) {
     return read_launcher_vars(env, {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -235,9 +248,9 @@ std::shared_ptr<Communicator> init_process_group(const RendezvousInfo& info, con
   std::shared_ptr<PeerLiveness> liveness;
   if (info.world_size > 1) {
     // Its own connection: heartbeats never queue behind another thread's blocking store wait.
-    const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
+    const std::string where = store.address.host + ":" + std::to_string(store.address.port);
     liveness = std::make_shared<PeerLiveness>(
-        c10::make_intrusive<SocketStore>(info.master_addr, info.master_port, options.rendezvous_timeout), where, info.rank);
+        c10::make_intrusive<SocketStore>(store.address.host, store.address.port, options.rendezvous_timeout), where, info.rank);
     registry->set_liveness(liveness);
   }
   std::vector<int> all(info.world_size);

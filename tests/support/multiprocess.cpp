@@ -59,6 +59,11 @@ void apply_rendezvous_style(const std::string& style) {
     move_env("LOCAL_RANK", "SLURM_LOCALID");
     unsetenv("LOCAL_WORLD_SIZE");
     setenv("SLURM_NNODES", "1", 1);
+  } else if (style == "torchrun_agent") {
+    // As torchrun's workers see it: MASTER_PORT is the agent's own TCPStore (the test hosts
+    // one and names its port in HP_TEST_AGENT_PORT), announced by TORCHELASTIC_USE_AGENT_STORE.
+    setenv("MASTER_PORT", std::getenv("HP_TEST_AGENT_PORT"), 1);
+    setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
   }
 }
 

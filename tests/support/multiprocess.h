@@ -30,6 +30,7 @@ struct MultiProcessOptions {
   std::chrono::seconds time_limit{120};
   // How the ranks find each other: "torchrun" (default), "openmpi" or "slurm"; the ranks
   // rewrite their environment into that launcher's variables before the rendezvous.
+  // "torchrun_agent": torchrun with its agent's store on HP_TEST_AGENT_PORT (set it in env).
   std::string rendezvous_style = "torchrun";
   std::chrono::milliseconds collective_timeout{60000};
   int inject_delay_max_ms = 0;  // CommOptions::inject_delay_max_ms for the world and its groups

@@ -11,6 +11,8 @@
 #include "hyperparallel/platform/user_error.h"
 #include "support/multiprocess.h"
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 namespace hyperparallel {
 namespace {
 
@@ -112,6 +114,64 @@ TEST(Rendezvous, UnreachableMasterFailsWithinTheTimeout) {
     EXPECT_NE(msg.find("check MASTER_ADDR/MASTER_PORT"), std::string::npos) << msg;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(Rendezvous, TorchrunsAgentStoreIsNamedByItsVariables) {
+  std::map<std::string, std::string> vars = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+  EXPECT_EQ(rendezvous_info_from_env(env_of(vars)).agent_store_key, "");
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_EQ(rendezvous_info_from_env(env_of(vars)).agent_store_key, "");
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  vars["TORCHELASTIC_RUN_ID"] = "job1";
+  vars["TORCHELASTIC_RESTART_COUNT"] = "2";
+  EXPECT_EQ(rendezvous_info_from_env(env_of(vars)).agent_store_key, "hyperparallel/store_address/job1/2");
+}
+
+// torchrun hosts a c10d TCPStore on MASTER_PORT in its agent: the ranks must not bind it, and
+// still rendezvous (through our own store, whose address travels through the agent's).
+TEST(Rendezvous, TorchrunsAgentStoreHostsTheRendezvous) {
+  std::unique_ptr<c10d::TCPStore> agent;
+  testing::MultiProcessOptions options;
+  if (!testing::is_rank_process()) {
+    c10d::TCPStoreOptions o;
+    o.port = 0;
+    o.isServer = true;
+    o.waitWorkers = false;
+    agent = std::make_unique<c10d::TCPStore>("127.0.0.1", o);
+    options.env = {{"HP_TEST_AGENT_PORT", std::to_string(agent->getPort())}, {"TORCHELASTIC_RUN_ID", "agent-test"},
+                   {"TORCHELASTIC_RESTART_COUNT", "3"}};
+  }
+  options.rendezvous_style = "torchrun_agent";
+  testing::run_on_ranks(
+      2,
+      [](testing::RankContext& ctx) {
+        at::Tensor t = at::full({1}, static_cast<double>(ctx.rank + 1));
+        ctx.world->all_reduce(t).wait();
+        EXPECT_EQ(t.item<float>(), 3.0f);
+      },
+      options);
+  ASSERT_TRUE(agent);
+  const std::string key = "hyperparallel/store_address/agent-test/3";
+  ASSERT_TRUE(agent->check({key}));
+  const auto value = agent->get(key);
+  EXPECT_EQ(std::string(value.begin(), value.end()).rfind("127.0.0.1:", 0), 0u);
+}
+
+TEST(Rendezvous, AnUnreachableAgentStoreIsNamed) {
+  comm::RendezvousInfo info;
+  info.rank = 1;
+  info.world_size = 2;
+  info.master_port = launch::find_free_port();  // no agent there
+  info.agent_store_key = "hyperparallel/store_address/x/0";
+  comm::CommOptions options;
+  options.rendezvous_timeout = std::chrono::seconds(2);
+  try {
+    comm::init_process_group(info, options);
+    ADD_FAILURE() << "init_process_group returned without an agent";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1: torchrun's agent store at 127.0.0.1:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("TORCHELASTIC_USE_AGENT_STORE=True"), std::string::npos) << e.what();
+  }
 }
 
 class RendezvousStyles : public ::testing::TestWithParam<std::string> {};

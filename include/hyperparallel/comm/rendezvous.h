@@ -31,6 +31,10 @@ struct RendezvousInfo {
   // Rank 0 only: the listening socket our launcher bound for master_port and handed down
   // (launch/free_port.h); -1 when rank 0 binds the port itself.
   int store_listen_fd = -1;
+  // Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) the agent serves
+  // master_port; rank 0 serves ours elsewhere and publishes its address under this key
+  // (src/comm/agent_store.h). Empty otherwise.
+  std::string agent_store_key;
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
