@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Renders chat templates as transformers' apply_chat_template does (its Jinja environment:
 sandboxed, trim_blocks, lstrip_blocks, loop controls, raise_exception), for the tests that
 check ChatTemplate::jinja() against ChatTemplate::render().

@@ -173,7 +173,7 @@ TEST(ChatTemplate, JinjaRendersWhatRenderDoes) {
   }
   const std::string in = ::testing::TempDir() + "hp_jinja_cases.json", out = ::testing::TempDir() + "hp_jinja_out.json";
   std::ofstream(in) << cases.dump();
-  const auto run = hp::testing::run_subprocess({"python3", HP_SOURCE_DIR "/tests/support/render_jinja.py", in, out});
+  const auto run = hp::testing::run_subprocess({"/usr/bin/python3", HP_SOURCE_DIR "/tests/support/render_jinja.py", in, out});
   ASSERT_EQ(run.exit_code, 0) << run.output << "(scripts/setup.sh installs python3-jinja2)";
   const auto rendered = nlohmann::json::parse(std::ifstream(out)).get<std::vector<std::string>>();
   ASSERT_EQ(rendered.size(), expected.size());
