@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "hyperparallel/data/pretrain_dataset.h"
 #include "hyperparallel/data/synthetic_sft.h"
 #include "hyperparallel/io/user_files.h"
 #include "hyperparallel/platform/suggest.h"
@@ -59,24 +59,41 @@ void read_names(const Json& entry, const char* section, const std::vector<std::p
   }
 }
 
-std::vector<std::string> dataset_files(const fs::path& path, const std::string& where) {
+// Which stage reads the entry: SFT conversations or pretraining texts.
+enum class Reader { kSft, kPretrain };
+
+std::vector<std::string> dataset_files(const fs::path& path, const std::string& where, Reader reader) {
   if (fs::is_directory(path)) {
     std::vector<std::string> files;
     for (const auto& e : fs::directory_iterator(path)) {
       const std::string ext = e.path().extension().string();
-      if (e.is_regular_file() && (ext == ".json" || ext == ".jsonl")) files.push_back(e.path().string());
+      if (e.is_regular_file() && (ext == ".json" || ext == ".jsonl" || (reader == Reader::kPretrain && ext == ".txt"))) {
+        files.push_back(e.path().string());
+      }
     }
     std::sort(files.begin(), files.end());
-    if (files.empty()) throw UserError(where + ": folder " + path.string() + " has no .json or .jsonl files");
+    if (files.empty()) {
+      throw UserError(where + ": folder " + path.string() + " has no " +
+                      (reader == Reader::kPretrain ? ".txt, .json or .jsonl" : ".json or .jsonl") + " files");
+    }
     return files;
   }
   if (!fs::exists(path)) throw UserError(where + ": file " + path.string() + " does not exist");
   return {path.string()};
 }
 
-std::vector<Conversation> load_entry(const std::string& name, const Json& entry, const fs::path& dir,
-                                     const SftLoadOptions& base, SftLoadReport* report) {
-  const std::string where = (dir / "dataset_info.json").string() + " entry \"" + name + "\"";
+// An entry of dataset_info.json, checked: its files and how to read them.
+struct ResolvedEntry {
+  std::string where;
+  DatasetFormat format = DatasetFormat::kAlpaca;
+  SftLoadOptions options;
+  std::vector<std::string> files;
+};
+
+ResolvedEntry resolve_entry(const std::string& name, const Json& entry, const fs::path& dir, const SftLoadOptions& base, Reader reader) {
+  ResolvedEntry out;
+  out.where = (dir / "dataset_info.json").string() + " entry \"" + name + "\"";
+  const std::string& where = out.where;
   if (!entry.is_object()) throw UserError(where + " must be an object");
   for (const char* remote : {"hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name"}) {
     if (entry.contains(remote)) {
@@ -90,17 +107,19 @@ std::vector<Conversation> load_entry(const std::string& name, const Json& entry,
       throw UserError(where + " has unknown field \"" + it.key() + "\"" + did_you_mean(it.key(), kKnown));
     }
   }
-  if (entry.value("ranking", false)) throw UserError(where + " is a ranking (preference) dataset; only SFT datasets are supported");
+  if (entry.value("ranking", false)) {
+    throw UserError(where + " is a ranking (preference) dataset; only " +
+                    (reader == Reader::kPretrain ? "plain-text (stage pt)" : "SFT") + " datasets are supported");
+  }
   if (!entry.contains("file_name") || !entry["file_name"].is_string()) throw UserError(where + " needs \"file_name\" (a string)");
   const std::string formatting = entry.value("formatting", std::string("alpaca"));
-  DatasetFormat format;
   try {
-    format = parse_dataset_format(formatting);
+    out.format = parse_dataset_format(formatting);
   } catch (const UserError& e) {
     throw UserError(where + ": " + e.what());
   }
-  SftLoadOptions options = base;
-  DatasetSchema& s = options.schema;
+  out.options = base;
+  DatasetSchema& s = out.options.schema;
   read_names(entry, "columns",
              {{"prompt", &s.prompt}, {"query", &s.query}, {"response", &s.response}, {"history", &s.history},
               {"system", &s.system}, {"messages", &s.messages}},
@@ -118,15 +137,44 @@ std::vector<Conversation> load_entry(const std::string& name, const Json& entry,
       if (field->empty()) *field = value;
     }
   }
-  std::vector<Conversation> out;
-  for (const auto& file : dataset_files(dir / entry["file_name"].get<std::string>(), where)) {
-    if (options.max_samples && static_cast<int64_t>(out.size()) >= *options.max_samples) break;
-    SftLoadOptions per_file = options;
-    if (options.max_samples) per_file.max_samples = *options.max_samples - static_cast<int64_t>(out.size());
-    auto part = load_sft_file(file, format, per_file, report);
+  const bool columns = entry.contains("columns");
+  // LlamaFactory's DatasetAttr: with "columns" given, a column it does not name is unset, so
+  // {"prompt": "text"} reads no "input" column.
+  if (reader == Reader::kPretrain && columns && !entry["columns"].contains("query")) s.query.clear();
+  out.files = dataset_files(dir / entry["file_name"].get<std::string>(), where, reader);
+  if (reader == Reader::kPretrain && columns && entry["columns"].contains("prompt") && s.prompt != "text") {
+    for (const auto& file : out.files) {
+      if (fs::path(file).extension() == ".txt") {
+        throw UserError(where + ": " + file + " is plain text, whose one column is \"text\", but \"columns\" names \"" + s.prompt +
+                        "\" as the prompt; set \"columns\": {\"prompt\": \"text\"}");
+      }
+    }
+  }
+  return out;
+}
+
+// The entry's files in order, max_samples counted over the whole entry.
+template <typename Sample, typename LoadFile>
+std::vector<Sample> load_files(const ResolvedEntry& entry, SftLoadReport* report, const LoadFile& load_file) {
+  std::vector<Sample> out;
+  for (const auto& file : entry.files) {
+    if (entry.options.max_samples && static_cast<int64_t>(out.size()) >= *entry.options.max_samples) break;
+    SftLoadOptions per_file = entry.options;
+    if (entry.options.max_samples) per_file.max_samples = *entry.options.max_samples - static_cast<int64_t>(out.size());
+    auto part = load_file(file, entry.format, per_file, report);
     out.insert(out.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
   }
   return out;
+}
+
+[[noreturn]] void unknown_dataset(const std::string& name, const Json& info, const fs::path& info_path) {
+  std::vector<std::string> known = synthetic_dataset_names();
+  if (info.is_object()) {
+    for (auto it = info.begin(); it != info.end(); ++it) known.push_back(it.key());
+  }
+  throw UserError("dataset '" + name + "' is neither built in nor in " + info_path.string() +
+                  (info.is_object() ? "" : " (which does not exist; set dataset_dir)") + did_you_mean(name, known) +
+                  "; known: " + join_names(known));
 }
 
 }  // namespace
@@ -140,18 +188,39 @@ std::vector<Conversation> load_datasets(const std::string& names, const std::str
   for (const std::string& name : split_names(names)) {
     std::vector<Conversation> part;
     if (info.is_object() && info.contains(name)) {
-      part = load_entry(name, info[name], dir, options, report);
+      part = load_files<Conversation>(resolve_entry(name, info[name], dir, options, Reader::kSft), report,
+                                      [](const std::string& file, DatasetFormat format, const SftLoadOptions& o, SftLoadReport* r) {
+                                        return load_sft_file(file, format, o, r);
+                                      });
     } else if (is_synthetic_dataset(name)) {
       part = make_synthetic_dataset(name, options.max_samples.value_or(4000), 0).train;
     } else {
-      std::vector<std::string> known = synthetic_dataset_names();
-      if (info.is_object()) {
-        for (auto it = info.begin(); it != info.end(); ++it) known.push_back(it.key());
-      }
-      throw UserError("dataset '" + name + "' is neither built in nor in " + info_path.string() +
-                      (info.is_object() ? "" : " (which does not exist; set dataset_dir)") + did_you_mean(name, known) +
-                      "; known: " + join_names(known));
+      unknown_dataset(name, info, info_path);
     }
+    all.insert(all.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+  }
+  return all;
+}
+
+std::vector<TextSample> load_text_datasets(const std::string& names, const std::string& dataset_dir,
+                                           const SftLoadOptions& options, SftLoadReport* report) {
+  const fs::path dir(dataset_dir);
+  const fs::path info_path = dir / "dataset_info.json";
+  const Json info = read_dataset_info(info_path);
+  std::vector<TextSample> all;
+  for (const std::string& name : split_names(names)) {
+    if (!(info.is_object() && info.contains(name))) {
+      if (is_synthetic_dataset(name)) {
+        throw UserError("dataset '" + name + "' is a built-in chat dataset, and stage pt trains on plain text: name an entry of " +
+                        info_path.string() + " whose file is .txt or has a text column (e.g. {\"file_name\": \"corpus.txt\", " +
+                        "\"columns\": {\"prompt\": \"text\"}}), or use stage: sft");
+      }
+      unknown_dataset(name, info, info_path);
+    }
+    auto part = load_files<TextSample>(resolve_entry(name, info[name], dir, options, Reader::kPretrain), report,
+                                       [](const std::string& file, DatasetFormat format, const SftLoadOptions& o, SftLoadReport* r) {
+                                         return load_text_file(file, format, o, r);
+                                       });
     all.insert(all.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
   }
   return all;

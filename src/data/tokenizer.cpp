@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -135,6 +136,14 @@ SpecialTokens read_special_tokens(const fs::path& config_path) {
   tokens.bos = entry("bos_token");
   tokens.eos = entry("eos_token");
   tokens.pad = entry("pad_token");
+  if (config.is_object() && config.contains("add_bos_token") && !config["add_bos_token"].is_null()) {
+    if (!config["add_bos_token"].is_boolean()) throw UserError(config_path.string() + ": \"add_bos_token\" must be true or false");
+    tokens.add_bos_token = config["add_bos_token"].get<bool>();
+  } else if (config.is_object() && config.contains("tokenizer_class") && config["tokenizer_class"].is_string()) {
+    static const std::set<std::string> kBosByDefault = {"LlamaTokenizer", "LlamaTokenizerFast", "CodeLlamaTokenizer",
+                                                        "CodeLlamaTokenizerFast", "GemmaTokenizer", "GemmaTokenizerFast"};
+    tokens.add_bos_token = kBosByDefault.count(config["tokenizer_class"].get<std::string>()) > 0;
+  }
   return tokens;
 }
 

@@ -87,6 +87,18 @@ std::string utf8_lossy(const std::string& bytes) {
   return out;
 }
 
+size_t utf8_first_invalid(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    uint32_t cp;
+    size_t prefix;
+    const size_t n = decode_one(s, i, &cp, &prefix);
+    if (!n) return i;
+    i += n;
+  }
+  return std::string::npos;
+}
+
 ByteLevelAlphabet::ByteLevelAlphabet() {
   // GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68 to
   // U+0100 upwards in byte order.

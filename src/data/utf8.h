@@ -14,6 +14,8 @@ namespace hyperparallel::data {
 size_t utf8_char_length(const std::string& s, size_t i);
 void append_utf8(std::string& out, uint32_t code_point);
 std::string utf8_lossy(const std::string& bytes);
+// Byte offset of the first ill-formed sequence in `s`; std::string::npos when it is all valid.
+size_t utf8_first_invalid(const std::string& s);
 
 // byte -> code point of the byte-level alphabet, and its inverse.
 class ByteLevelAlphabet {

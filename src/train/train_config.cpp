@@ -227,7 +227,7 @@ const std::vector<KeyDef>& key_table() {
         {{"plan_overrides", "list of {match, module_type, replace_module}", "[]", "module replacements applied when the model is built"}, set_plan_overrides},
         {{"model.validate_placement", "bool", "false", "Validation mode: the tensor-parallel plan runs with every module boundary's placement measured and checked (same numbers, slower); a plan error names the module, op and placements"}, boolean(&C::validate_placement)},
         // method
-        {{"stage", "sft | pt", "sft", "sft: chat data with a template; pt (plain text) is not supported yet"}, choice(&C::stage, {"sft", "pt"})},
+        {{"stage", "sft | pt", "sft", "sft: chat data with a template; pt: continued pretraining on plain text, every token trained, packing on unless set false, template optional (docs/data.md)"}, choice(&C::stage, {"sft", "pt"})},
         {{"do_train", "bool", "true", "train (false: only load, evaluate and export)"}, boolean(&C::do_train)},
         {{"finetuning_type", "full | lora | freeze", "full", "full fine-tuning; lora and freeze are not supported yet"}, choice(&C::finetuning_type, {"full", "lora", "freeze"})},
         {{"use_hyper_parallel", "bool", "true", "LlamaFactory's switch to this backend; must be true here"}, boolean(&C::use_hyper_parallel)},
@@ -448,19 +448,40 @@ void throw_problems(const std::vector<std::string>& problems) {
   throw UserError(message);
 }
 
+// stage pt, as LlamaFactory reads it: packing unset means on (data_args.packing = stage == "pt"),
+// and neat_packing is refused ("`neat_packing` cannot be set as True except SFT"): pretraining
+// blocks attend across documents. Needs to know which keys were given, so it runs on `collected`.
+void apply_stage_pt(TrainConfig& c, const Collected& collected) {
+  if (c.stage != "pt") return;
+  const auto neat = collected.values.find("neat_packing");
+  if (neat != collected.values.end() && as_bool("neat_packing", neat->second)) {
+    throw UserError(neat->second.source + ": neat_packing: true applies to stage sft only (LlamaFactory refuses it too); stage pt "
+                    "packs texts into blocks that attend across documents: remove neat_packing (packing: false gives one row per text)");
+  }
+  if (!collected.values.count("packing")) c.packing = true;
+}
+
 void check_combinations(const TrainConfig& c) {
   const auto require = [](bool ok, const std::string& message) {
     if (!ok) throw UserError(message);
   };
   require(!c.model_name_or_path.empty(), "model_name_or_path is required: a Hugging Face model folder or a debug flavour such as qwen3-debug");
   require(!c.output_dir.empty(), "output_dir is required: the folder for logs, checkpoints and the exported model");
-  require(c.stage == "sft", "stage: pt is not supported yet; use stage: sft");
   require(c.finetuning_type == "full", "finetuning_type: " + c.finetuning_type + " is not supported yet; use finetuning_type: full");
   require(c.use_hyper_parallel, "use_hyper_parallel: false selects another backend in LlamaFactory; hyperparallel train always runs this one, so drop the key or set it true");
   require(!c.fp16, "fp16: true is not supported: CPU kernels have no fast float16 matmul and float16 training needs loss scaling; use bf16: true (same memory, fp32's range)");
   if (c.do_train) {
     require(!c.dataset.empty(), "dataset is required to train: names from dataset_dir/dataset_info.json or a built-in one (synthetic_reverse, synthetic_addition)");
-    require(!c.chat_template.empty(), "template is required for stage sft: default, llama2, llama3, qwen, qwen3 or qwen3_nothink");
+    require(c.stage == "pt" || !c.chat_template.empty(),
+            "template is required for stage sft: default, llama2, llama3, qwen, qwen3 or qwen3_nothink");
+  }
+  if (c.stage == "pt") {
+    // LlamaFactory: "`train_on_prompt` or `mask_history` cannot be set as True except SFT."
+    require(!c.train_on_prompt && !c.mask_history,
+            std::string(c.train_on_prompt ? "train_on_prompt" : "mask_history") +
+                ": true applies to stage sft only; stage pt takes the loss on every token (LlamaFactory refuses it too); remove it");
+    require(c.heldout_eval_samples == 0,
+            "heldout_eval_samples answers chat prompts of the built-in synthetic datasets, which stage pt does not train on; set heldout_eval_samples: 0");
   }
   const AcceleratorConfig& a = c.accelerator;
   for (const auto& [name, size] : std::vector<std::pair<std::string, int64_t>>{
@@ -546,6 +567,7 @@ TrainConfig load_train_config(const std::string& yaml_path, const std::vector<st
     }
   }
   throw_problems(collected.problems);
+  apply_stage_pt(config, collected);
   config.ignored_keys.insert(config.ignored_keys.end(), collected.ignored.begin(), collected.ignored.end());
   for (const auto& tracker : config.report_to) {
     config.ignored_keys.emplace_back("report_to: " + tracker, "no experiment tracker is contacted; the metrics are in trainer_log.jsonl");

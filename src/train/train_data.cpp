@@ -2,6 +2,7 @@
 #include "train_data.h"
 
 #include "hyperparallel/data/dataset_registry.h"
+#include "hyperparallel/data/pretrain_samples.h"
 #include "hyperparallel/models/model_config.h"
 #include "hyperparallel/platform/user_error.h"
 
@@ -33,6 +34,19 @@ TrainData prepare_train_data(const TrainConfig& config) {
   data::SftLoadOptions load;
   load.max_samples = config.max_samples;
   load.on_bad_record = config.bad_records == "skip" ? data::BadRecordPolicy::kSkip : data::BadRecordPolicy::kStop;
+  if (config.stage == "pt") {
+    // LlamaFactory's pretraining: every token of plain texts. See docs/data.md "Pretraining text".
+    const auto texts = data::load_text_datasets(config.dataset, config.dataset_dir, load, &out.load_report);
+    out.conversations = static_cast<int64_t>(texts.size());
+    data::PretrainOptions pretrain;
+    pretrain.cutoff_len = config.cutoff_len;
+    pretrain.packing = config.packing;
+    pretrain.eos_token = data::pretrain_eos_token(*out.tokenizer, config.chat_template);
+    pretrain.bos_token = data::pretrain_bos_token(*out.tokenizer);
+    out.rows = data::build_pretrain_rows(*out.tokenizer, texts, pretrain, &out.sample_report);
+    for (const auto& row : out.rows) out.label_tokens.push_back(data::label_tokens(row));
+    return out;
+  }
   const auto conversations = data::load_datasets(config.dataset, config.dataset_dir, load, &out.load_report);
   out.conversations = static_cast<int64_t>(conversations.size());
 

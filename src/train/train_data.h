@@ -1,6 +1,8 @@
 // The trainer's data: dataset names -> labelled rows (packed if asked) -> the sampler's input.
-// Every rank prepares the same rows deterministically (no communication); the sampler then
-// picks each rank's share.
+// stage sft: conversations through the chat template (data/sft_samples.h); stage pt: plain
+// texts, every token labelled, packed into blocks unless packing is false
+// (data/pretrain_samples.h). Every rank prepares the same rows deterministically (no
+// communication); the sampler then picks each rank's share.
 #pragma once
 
 #include <memory>
@@ -19,7 +21,7 @@ struct TrainData {
   std::vector<data::TrainingRow> rows;
   std::vector<int64_t> label_tokens;  // per row, the labels a next-token loss uses
   int64_t pad_id = 0;
-  int64_t conversations = 0;
+  int64_t conversations = 0;  // conversations (sft) or texts (pt) read
   data::SftLoadReport load_report;
   data::SampleReport sample_report;
 };

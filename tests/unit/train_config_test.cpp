@@ -130,7 +130,7 @@ TEST(TrainConfig, BadConfigsFailWithExitCode2NamingTheKey) {
       {"bf16: maybe\n", "bf16: 'maybe' is not allowed; expected true, false or auto"},
       {"fp16: true\n", "fp16: true is not supported: CPU kernels have no fast float16 matmul"},
       {"bad_records: ignore\n", "bad_records: 'ignore'"},
-      {"stage: pt\n", "stage: pt is not supported yet"},
+      {"stage: pt\n", "dataset 'synthetic_reverse' is a built-in chat dataset, and stage pt trains on plain text"},
       {"finetuning_type: lora\n", "finetuning_type: lora is not supported yet"},
       {"use_hyper_parallel: false\n", "use_hyper_parallel: false"},
       {"accelerator:\n  cp_size: 2\n", "accelerator.cp_size: 2 is not supported yet"},

@@ -14,16 +14,27 @@
 // response, history, system. Entries that need a download (hf_hub_url, ms_hub_url, script_url,
 // cloud_file_name) or other stages (ranking) are UserErrors, as are unknown names (with a
 // suggestion) and unknown fields. max_samples applies to each dataset.
+//
+// load_text_datasets reads the same entries as pretraining texts (stage pt,
+// data/pretrain_dataset.h): a folder then also contributes its .txt files; a .txt file's one
+// column is "text" (an entry naming another prompt column for it is an error); with
+// "columns" given, a query column is read only when named (LlamaFactory unsets unnamed
+// columns: c4_demo's {"prompt": "text"} reads "text" alone). Built-in synthetic datasets are
+// chats, not text: naming one is an error with the fix.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "hyperparallel/data/pretrain_dataset.h"
 #include "hyperparallel/data/sft_dataset.h"
 
 namespace hyperparallel::data {
 
 std::vector<Conversation> load_datasets(const std::string& names, const std::string& dataset_dir,
                                         const SftLoadOptions& options = {}, SftLoadReport* report = nullptr);
+
+std::vector<TextSample> load_text_datasets(const std::string& names, const std::string& dataset_dir,
+                                           const SftLoadOptions& options = {}, SftLoadReport* report = nullptr);
 
 }  // namespace hyperparallel::data

@@ -5,7 +5,8 @@
 //   sharegpt  {"conversations": [{"from": human|gpt|system, "value"}], "system"?} or
 //             {"messages": [{"role": user|assistant|system, "content"}]}
 //             turns must alternate user/assistant after an optional system, ending with assistant
-// Files are .jsonl (one record per line) or .json (one array of records). Every malformed
+// Files are .jsonl (one record per line) or .json (one array of records); a .txt file is
+// refused with the fix (plain text is pretraining: data/pretrain_dataset.h). Every malformed
 // record is reported as `file:line` (or `file[#index]` for .json) and what is wrong; the
 // policy stops at the first (UserError) or skips it and lists it in the report — never
 // silently. max_samples keeps the first N good records. Column and role names can be renamed

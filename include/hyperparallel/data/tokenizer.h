@@ -20,9 +20,12 @@
 namespace hyperparallel::data {
 
 // bos / eos / pad token strings from tokenizer_config.json next to tokenizer.json; "" when
-// the file or the entry is absent.
+// the file or the entry is absent. add_bos_token is the file's "add_bos_token" or, without
+// one, transformers' class default (true for LlamaTokenizer / CodeLlamaTokenizer /
+// GemmaTokenizer and their Fast variants, else false); pretraining reads it.
 struct SpecialTokens {
   std::string bos, eos, pad;
+  bool add_bos_token = false;
 };
 
 class Tokenizer {
