@@ -15,6 +15,7 @@ packages=(
   clang-14 libclang-rt-14-dev  # make fuzz: libFuzzer with ASan + UBSan
   libgtest-dev libgmock-dev
   python3-jinja2      # tests: exported chat templates rendered as transformers renders them
+  python3-protobuf    # tests: TensorBoard event files parsed by the protobuf runtime
   iproute2 procps
 )
 

@@ -1,6 +1,7 @@
 // HF Trainer / LlamaFactory output files. See hf_outputs.h.
 #include "hf_outputs.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "hyperparallel/io/user_files.h"
@@ -13,7 +14,8 @@ namespace {
 nlohmann::json log_entry(const nlohmann::json& line) {
   nlohmann::json entry = nlohmann::json::object();
   for (const auto& [ours, theirs] : std::vector<std::pair<const char*, const char*>>{
-           {"loss", "loss"}, {"grad_norm", "grad_norm"}, {"lr", "learning_rate"}, {"epoch", "epoch"}, {"step", "step"}}) {
+           {"loss", "loss"}, {"grad_norm", "grad_norm"}, {"lr", "learning_rate"}, {"epoch", "epoch"}, {"step", "step"},
+           {"eval_loss", "eval_loss"}, {"eval_runtime", "eval_runtime"}, {"eval_samples_per_second", "eval_samples_per_second"}}) {
     if (line.contains(ours)) entry[theirs] = line[ours];
   }
   return entry;
@@ -60,7 +62,14 @@ void write_hf_trainer_files(const std::string& output_dir, const TrainConfig& c,
                                 {"trial_params", nullptr}};
   write_json_file(output_dir + "/trainer_state.json", state);
   write_json_file(output_dir + "/train_results.json", train);
-  write_json_file(output_dir + "/all_results.json", train);
+  nlohmann::json all = train;
+  if (m.eval_loss) {
+    nlohmann::json eval = {{"epoch", m.epoch}, {"eval_loss", *m.eval_loss}};
+    if (m.perplexity) eval["eval_perplexity"] = std::exp(*m.eval_loss);
+    write_json_file(output_dir + "/eval_results.json", eval);
+    all.update(eval);
+  }
+  write_json_file(output_dir + "/all_results.json", all);
 }
 
 void write_generation_config(const std::string& model_dir, const std::string& source_dir, const data::Tokenizer& tokenizer) {

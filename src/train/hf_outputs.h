@@ -6,6 +6,8 @@
 //                        num_input_tokens_seen and log_history — one entry per logged step
 //                        ({loss, grad_norm, learning_rate, epoch, step}) and the final train
 //                        metrics entry, as Trainer.train() appends them;
+//   eval_results.json    with an evaluation after the last step: epoch, eval_loss (and
+//                        eval_perplexity for stage pt), also merged into all_results.json;
 //   train_results.json   the train metrics (epoch, total_flos, train_loss, train_runtime,
 //   all_results.json     train_samples_per_second, train_steps_per_second), as
 //                        trainer.save_metrics("train", ...) writes them;
@@ -18,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,8 @@ struct TrainMetrics {
   int64_t input_tokens = 0;     // tokens seen, this run and the runs it resumes
   double total_flos = 0;
   int64_t global_batch_rows = 0;
+  std::optional<double> eval_loss;  // the evaluation after the last step, when there was one
+  bool perplexity = false;          // stage pt: eval_perplexity = exp(eval_loss), as LlamaFactory reports
 };
 
 // `log_lines` are trainer_log.jsonl's lines (ours: step, loss, grad_norm, lr, epoch, ...).

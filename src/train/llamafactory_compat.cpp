@@ -21,7 +21,7 @@ constexpr const char* kOtherStages = "applies to the dpo/kto/ppo/rm stages; only
 constexpr const char* kTextOnly = "multimodal input; the supported models are text-only";
 constexpr const char* kCudaOnly = "a CUDA/NPU kernel or runtime setting; this build computes on the CPU";
 constexpr const char* kLoader = "data loading here is in-process and deterministic; there are no loader workers";
-constexpr const char* kNoEval = "evaluation settings; evaluation during training is not implemented yet";
+constexpr const char* kNoEval = "settings of HF's evaluation loop and metrics; the evaluation here reports eval_loss (train/eval_loss.h)";
 constexpr const char* kCheckpointing =
     "activation checkpointing is not implemented yet: every activation is kept (same numbers, more memory)";
 constexpr const char* kHub = "nothing is uploaded; the exported model is a local folder";
@@ -96,7 +96,7 @@ std::vector<ForeignKey> build_table() {
   ignored({"use_swanlab", "swanlab_project", "swanlab_workspace", "swanlab_run_name", "swanlab_mode", "swanlab_api_key",
            "swanlab_logdir", "swanlab_lark_webhook_url", "swanlab_lark_secret", "run_name"},
           kNoTrackers);
-  ignored({"compute_accuracy"}, kNoEval);
+  ignored({"compute_accuracy"}, "token accuracy of predictions; the evaluation here reports eval_loss");
   ignored({"include_effective_tokens_per_second", "include_tokens_per_second", "include_num_input_tokens_seen"},
           "tokens seen and tokens per second are always in trainer_log.jsonl");
   refused({"use_galore", "use_apollo", "use_badam", "use_adam_mini", "use_muon"},
@@ -119,7 +119,7 @@ std::vector<ForeignKey> build_table() {
            "dataloader_drop_last", "remove_unused_columns", "length_column_name", "label_names", "past_index",
            "data_seed", "dispatch_batches", "split_batches"},
           kLoader);
-  ignored({"log_level", "log_level_replica", "log_on_each_node", "logging_dir", "logging_first_step", "logging_nan_inf_filter",
+  ignored({"log_level", "log_level_replica", "log_on_each_node", "logging_first_step", "logging_nan_inf_filter",
            "disable_tqdm", "skip_memory_metrics"},
           "console and logging settings; rank 0 prints progress and writes trainer_log.jsonl every logging_steps");
   ignored({"save_safetensors", "save_on_each_node", "restore_callback_states_from_checkpoint"},
@@ -134,9 +134,8 @@ std::vector<ForeignKey> build_table() {
            "fsdp_transformer_layer_cls_to_wrap", "average_tokens_across_devices"},
           "sharding is this trainer's FSDP (fsdp_config; every rank by default), and the loss is always averaged over the "
           "global batch's label tokens");
-  ignored({"per_device_eval_batch_size", "eval_accumulation_steps", "eval_delay", "prediction_loss_only",
-           "include_inputs_for_metrics", "include_for_metrics", "eval_do_concat_batches", "batch_eval_metrics",
-           "eval_on_start", "eval_use_gather_object", "metric_for_best_model", "greater_is_better"},
+  ignored({"eval_accumulation_steps", "eval_delay", "prediction_loss_only", "include_inputs_for_metrics", "include_for_metrics",
+           "eval_do_concat_batches", "batch_eval_metrics", "eval_use_gather_object", "metric_for_best_model", "greater_is_better"},
           kNoEval);
   ignored({"hub_model_id", "hub_strategy", "hub_token", "hub_private_repo", "hub_always_push", "hub_revision",
            "push_to_hub_model_id", "push_to_hub_organization", "push_to_hub_token"},
@@ -147,9 +146,6 @@ std::vector<ForeignKey> build_table() {
            "temperature", "top_p", "top_k", "num_beams", "max_length", "max_new_tokens", "repetition_penalty",
            "length_penalty", "skip_special_tokens"},
           kNoPrediction);
-  ignored({"eval_steps"}, kNoEval);
-  refused({"do_eval", "val_size", "eval_dataset", "eval_strategy", "evaluation_strategy"},
-          "evaluation during training is not implemented yet; remove the eval keys");
   refused({"push_to_hub"}, kHub);
   refused({"do_predict", "predict_with_generate"}, "prediction is not part of train; answer prompts with hyperparallel generate --model OUTPUT_DIR/model");
   refused({"load_best_model_at_end"}, "the model after the last step is exported; set max_steps (or use an earlier checkpoint with hyperparallel export)");

@@ -234,7 +234,7 @@ const std::vector<KeyDef>& key_table() {
         // data
         {{"dataset", "string", "(required)", "comma-separated names from dataset_dir/dataset_info.json or built-in synthetic datasets"}, text(&C::dataset)},
         {{"dataset_dir", "string", "data", "folder with dataset_info.json"}, text(&C::dataset_dir)},
-        {{"template", "default | llama2 | llama3 | qwen | qwen3 | qwen3_nothink", "(required)", "chat template that renders the conversations (docs/data.md)"}, choice(&C::chat_template, {"default", "llama2", "llama3", "qwen", "qwen3", "qwen3_nothink"})},
+        {{"template", "default | llama2 | llama3 | qwen | qwen3 | qwen3_nothink", "(required for sft)", "chat template that renders the conversations (docs/data.md); stage pt: picks the eos token only"}, choice(&C::chat_template, {"default", "llama2", "llama3", "qwen", "qwen3", "qwen3_nothink"})},
         {{"cutoff_len", "int in [2, 16777216]", "2048", "tokens per sample (and per packed row); longer samples are cut"}, int_at_least(&C::cutoff_len, 2, 1 << 24)},
         {{"max_samples", "int >= 1", "null", "first N samples of each dataset; null: all"}, [](C& c, const std::string& k, const Value& v) { c.max_samples = as_int(k, v, 1, "an integer >= 1"); }},
         {{"packing", "bool", "false", "concatenate samples into rows of cutoff_len, positions restarting per sample"}, boolean(&C::packing)},
@@ -246,6 +246,21 @@ const std::vector<KeyDef>& key_table() {
         {{"enable_thinking", "bool", "true", "qwen3 template: false adds the empty think block to generation prompts"}, boolean(&C::enable_thinking)},
         {{"bad_records", "stop | skip", "stop", "a malformed dataset record stops the run, or is skipped and reported"}, choice(&C::bad_records, {"stop", "skip"})},
         {{"heldout_eval_samples", "int >= 0", "0", "built-in synthetic datasets: answer N held-out prompts before and after training, report accuracy"}, int_at_least(&C::heldout_eval_samples, 0)},
+        // evaluation
+        {{"do_eval", "bool", "false", "evaluate the loss on the eval rows after the last step (eval_strategy steps or epoch sets it)"}, boolean(&C::do_eval)},
+        {{"eval_dataset", "string", "\"\"", "comma-separated dataset names for evaluation, read like dataset"}, text(&C::eval_dataset)},
+        {{"val_size", "float >= 0", "0", "rows split off the training data for evaluation by a seeded shuffle: a fraction below 1, else a count"}, [](C& c, const std::string& k, const Value& v) {
+           c.val_size = as_float(k, v, 0, 1e12, false, false, "0, a fraction in (0, 1) or a whole count >= 1");
+           if (c.val_size >= 1 && c.val_size != std::floor(c.val_size)) bad_value(k, v, "0, a fraction in (0, 1) or a whole count >= 1");
+         }},
+        {{"eval_strategy", "no | steps | epoch", "no", "when to evaluate during training: every eval_steps, or at the end of each epoch"}, choice(&C::eval_strategy, {"no", "steps", "epoch"})},
+        {{"evaluation_strategy", "no | steps | epoch", "no", "the older HF name of eval_strategy"}, choice(&C::eval_strategy, {"no", "steps", "epoch"})},
+        {{"eval_steps", "float > 0", "null", "evaluate every N steps (below 1: that fraction of the run); null: logging_steps"}, [](C& c, const std::string& k, const Value& v) {
+           c.eval_steps = as_float(k, v, 0, static_cast<double>(kMaxCount), true, false, "an integer >= 1 or a fraction in (0, 1)");
+           if (c.eval_steps > 1 && c.eval_steps != std::floor(c.eval_steps)) bad_value(k, v, "an integer >= 1 or a fraction in (0, 1)");
+         }},
+        {{"per_device_eval_batch_size", "int in [1, 1048576]", "8", "eval rows per rank per forward"}, int_at_least(&C::per_device_eval_batch_size, 1, 1 << 20)},
+        {{"eval_on_start", "bool", "false", "also evaluate before the first step (a baseline)"}, boolean(&C::eval_on_start)},
         // output
         {{"output_dir", "string", "(required)", "where logs, checkpoints and the exported model go"}, text(&C::output_dir)},
         {{"overwrite_output_dir", "bool", "false", "allow an output_dir that already holds results"}, boolean(&C::overwrite_output_dir)},
@@ -289,7 +304,8 @@ const std::vector<KeyDef>& key_table() {
         {{"hyper_parallel_cp_size", "int >= 1", "1", "LlamaFactory's name for accelerator.cp_size"}, parallel_degree(&AcceleratorConfig::cp_size)},
         {{"overwrite_cache", "bool", "false", "no effect: there is no preprocessing cache (each run tokenizes its data at the start)"}, boolean(&C::overwrite_cache)},
         {{"preprocessing_num_workers", "int >= 1", "null", "no effect: each rank tokenizes in one thread"}, [](C& c, const std::string& k, const Value& v) { c.preprocessing_num_workers = as_int(k, v, 1, "an integer >= 1"); }},
-        {{"report_to", "none | all | tensorboard | wandb | mlflow | swanlab | ... or a list", "none", "experiment trackers: none is contacted (a run that names one lists it as ignored); trainer_log.jsonl has the metrics"}, set_report_to},
+        {{"report_to", "none | all | tensorboard | wandb | mlflow | swanlab | ... or a list", "none", "tensorboard (or all): TensorBoard event files in logging_dir; network trackers (wandb, mlflow, ...) are not contacted and are listed as ignored; trainer_log.jsonl always has the metrics"}, set_report_to},
+        {{"logging_dir", "string", "null", "folder of the TensorBoard event files; null: output_dir/runs/<date>_<host>, as HF's Trainer"}, text(&C::logging_dir)},
         {{"trust_remote_code", "bool", "false", "no effect: nothing from a model folder is ever executed"}, boolean(&C::trust_remote_code)},
         // fsdp_config
         {{"fsdp_config.dp_shard_size", "int, -1 or >= 1", "-1", "ranks one parameter is sharded over; world / dp_shard_size replicas (HSDP); -1: all"}, minus_one_or_positive([](C& c) -> int64_t& { return c.fsdp_config.dp_shard_size; })},
@@ -490,6 +506,12 @@ void check_combinations(const TrainConfig& c) {
   }
   require(!a.sequence_parallel || a.tp_size > 1, "accelerator.sequence_parallel needs tp_size > 1 (it shards over the tp ranks); set tp_size or remove it");
   require(!a.loss_parallel || a.tp_size > 1, "accelerator.loss_parallel needs tp_size > 1 (it shards the head over the tp ranks); set tp_size or remove it");
+  const bool evaluates = c.do_eval || c.eval_strategy != "no" || c.eval_on_start;
+  const bool has_eval_rows = !c.eval_dataset.empty() || c.val_size > 0;
+  require(!(evaluates && c.do_train && !has_eval_rows),
+          std::string(c.eval_strategy != "no" ? "eval_strategy: " + c.eval_strategy : c.do_eval ? "do_eval" : "eval_on_start") +
+              " needs rows to evaluate: set eval_dataset (dataset names) or val_size (a fraction or count of the training rows)");
+  require(c.eval_dataset.empty() || c.val_size == 0, "val_size and eval_dataset both say where the eval rows come from; keep one (LlamaFactory refuses both too)");
   require(!(c.mask_history && c.train_on_prompt), "mask_history and train_on_prompt contradict each other (the last response only vs every token); keep one");
   const LrSchedulerKwargs& kw = c.lr_scheduler_kwargs;
   if (c.lr_scheduler_type == "cosine_with_min_lr") {
@@ -568,9 +590,12 @@ TrainConfig load_train_config(const std::string& yaml_path, const std::vector<st
   }
   throw_problems(collected.problems);
   apply_stage_pt(config, collected);
+  if (config.eval_strategy != "no") config.do_eval = true;  // as HF's TrainingArguments
   config.ignored_keys.insert(config.ignored_keys.end(), collected.ignored.begin(), collected.ignored.end());
   for (const auto& tracker : config.report_to) {
-    config.ignored_keys.emplace_back("report_to: " + tracker, "no experiment tracker is contacted; the metrics are in trainer_log.jsonl");
+    if (tracker == "tensorboard") continue;  // written (tensorboard_writer.h)
+    config.ignored_keys.emplace_back("report_to: " + tracker, tracker == "all" ? "every tracker but tensorboard is left out: none is contacted over the network; TensorBoard files are written"
+                                                                               : "no experiment tracker is contacted; the metrics are in trainer_log.jsonl (report_to: tensorboard writes TensorBoard files)");
   }
   check_combinations(config);
   return config;

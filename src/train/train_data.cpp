@@ -1,6 +1,8 @@
 // The trainer's data pipeline. See train_data.h.
 #include "train_data.h"
 
+#include <cmath>
+
 #include "hyperparallel/data/dataset_registry.h"
 #include "hyperparallel/data/pretrain_samples.h"
 #include "hyperparallel/models/model_config.h"
@@ -23,6 +25,73 @@ data::ChatTemplate chat_template_for(const TrainConfig& config, const data::Toke
   return config.default_system ? chat_template.with_default_system(*config.default_system) : chat_template;
 }
 
+namespace {
+
+// Labelled rows of the named datasets, as the stage builds them (pt: text blocks; sft:
+// templated conversations, packed when asked). `count` gets the texts or conversations read.
+std::vector<data::TrainingRow> build_rows(const TrainConfig& config, const std::string& datasets, const data::Tokenizer& tokenizer,
+                                          TrainData& out, int64_t& count) {
+  data::SftLoadOptions load;
+  load.max_samples = config.max_samples;
+  load.on_bad_record = config.bad_records == "skip" ? data::BadRecordPolicy::kSkip : data::BadRecordPolicy::kStop;
+  if (config.stage == "pt") {
+    // LlamaFactory's pretraining: every token of plain texts. See docs/data.md "Pretraining text".
+    const auto texts = data::load_text_datasets(datasets, config.dataset_dir, load, &out.load_report);
+    count = static_cast<int64_t>(texts.size());
+    data::PretrainOptions pretrain;
+    pretrain.cutoff_len = config.cutoff_len;
+    pretrain.packing = config.packing;
+    pretrain.eos_token = data::pretrain_eos_token(tokenizer, config.chat_template);
+    pretrain.bos_token = data::pretrain_bos_token(tokenizer);
+    return data::build_pretrain_rows(tokenizer, texts, pretrain, &out.sample_report);
+  }
+  const auto conversations = data::load_datasets(datasets, config.dataset_dir, load, &out.load_report);
+  count = static_cast<int64_t>(conversations.size());
+  data::SampleOptions sample;
+  sample.cutoff_len = config.cutoff_len;
+  sample.train_on_prompt = config.train_on_prompt;
+  sample.mask_history = config.mask_history;
+  sample.render.enable_thinking = config.enable_thinking;
+  auto rows = data::build_sft_rows(tokenizer, chat_template_for(config, tokenizer), conversations, sample, &out.sample_report);
+  if (config.packing) rows = data::pack_rows(rows, config.cutoff_len);
+  return rows;
+}
+
+// val_size rows drawn from `rows` by a seeded shuffle (a fraction below 1, else a count), as
+// LlamaFactory splits the preprocessed dataset; the rest stay in order for training.
+std::vector<data::TrainingRow> split_validation(std::vector<data::TrainingRow>& rows, double val_size, uint64_t seed) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t take = val_size < 1 ? static_cast<int64_t>(std::ceil(val_size * static_cast<double>(n))) : static_cast<int64_t>(val_size);
+  if (take >= n) {
+    throw UserError("val_size " + std::to_string(val_size) + " takes " + std::to_string(take) + " of the " + std::to_string(n) +
+                    " training rows, leaving none to train on; use a smaller val_size (a fraction, or a count below " + std::to_string(n) + ")");
+  }
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  uint64_t state = seed ^ 0x9E3779B97F4A7C15ull;
+  const auto next = [&state] {  // splitmix64
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[next() % static_cast<uint64_t>(i + 1)]);
+  std::vector<bool> held(static_cast<size_t>(n), false);
+  std::vector<data::TrainingRow> eval;
+  for (int64_t k = 0; k < take; ++k) {
+    held[order[k]] = true;
+    eval.push_back(rows[order[k]]);
+  }
+  std::vector<data::TrainingRow> train;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!held[i]) train.push_back(std::move(rows[i]));
+  }
+  rows = std::move(train);
+  return eval;
+}
+
+}  // namespace
+
 TrainData prepare_train_data(const TrainConfig& config) {
   TrainData out;
   out.tokenizer = std::make_shared<data::Tokenizer>(data::Tokenizer::from_file(tokenizer_dir(config)));
@@ -31,33 +100,13 @@ TrainData prepare_train_data(const TrainConfig& config) {
   out.pad_id = pad.empty() ? 0 : out.tokenizer->token_to_id(pad).value_or(0);
   if (!config.do_train) return out;  // the tokenizer only: nothing to train on
 
-  data::SftLoadOptions load;
-  load.max_samples = config.max_samples;
-  load.on_bad_record = config.bad_records == "skip" ? data::BadRecordPolicy::kSkip : data::BadRecordPolicy::kStop;
-  if (config.stage == "pt") {
-    // LlamaFactory's pretraining: every token of plain texts. See docs/data.md "Pretraining text".
-    const auto texts = data::load_text_datasets(config.dataset, config.dataset_dir, load, &out.load_report);
-    out.conversations = static_cast<int64_t>(texts.size());
-    data::PretrainOptions pretrain;
-    pretrain.cutoff_len = config.cutoff_len;
-    pretrain.packing = config.packing;
-    pretrain.eos_token = data::pretrain_eos_token(*out.tokenizer, config.chat_template);
-    pretrain.bos_token = data::pretrain_bos_token(*out.tokenizer);
-    out.rows = data::build_pretrain_rows(*out.tokenizer, texts, pretrain, &out.sample_report);
-    for (const auto& row : out.rows) out.label_tokens.push_back(data::label_tokens(row));
-    return out;
+  out.rows = build_rows(config, config.dataset, *out.tokenizer, out, out.conversations);
+  if (!config.eval_dataset.empty()) {
+    int64_t eval_count = 0;
+    out.eval_rows = build_rows(config, config.eval_dataset, *out.tokenizer, out, eval_count);
+  } else if (config.val_size > 0) {
+    out.eval_rows = split_validation(out.rows, config.val_size, static_cast<uint64_t>(config.seed));
   }
-  const auto conversations = data::load_datasets(config.dataset, config.dataset_dir, load, &out.load_report);
-  out.conversations = static_cast<int64_t>(conversations.size());
-
-  const auto chat_template = chat_template_for(config, *out.tokenizer);
-  data::SampleOptions sample;
-  sample.cutoff_len = config.cutoff_len;
-  sample.train_on_prompt = config.train_on_prompt;
-  sample.mask_history = config.mask_history;
-  sample.render.enable_thinking = config.enable_thinking;
-  out.rows = data::build_sft_rows(*out.tokenizer, chat_template, conversations, sample, &out.sample_report);
-  if (config.packing) out.rows = data::pack_rows(out.rows, config.cutoff_len);
   for (const auto& row : out.rows) out.label_tokens.push_back(data::label_tokens(row));
   return out;
 }

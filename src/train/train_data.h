@@ -19,6 +19,7 @@ namespace hyperparallel::train {
 struct TrainData {
   std::shared_ptr<data::Tokenizer> tokenizer;
   std::vector<data::TrainingRow> rows;
+  std::vector<data::TrainingRow> eval_rows;  // eval_dataset's rows, or the val_size split of the data
   std::vector<int64_t> label_tokens;  // per row, the labels a next-token loss uses
   int64_t pad_id = 0;
   int64_t conversations = 0;  // conversations (sft) or texts (pt) read

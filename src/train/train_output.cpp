@@ -31,14 +31,16 @@ TrainerLog::TrainerLog(const std::string& output_dir, int64_t resume_step) {
                         " levels; it is not a line this trainer wrote (remove it, or resume into a fresh output_dir)");
       }
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j.contains("loss")) continue;  // a line cut by a kill
-      if (!j["step"].is_number_integer() || !j["loss"].is_number()) {
+      if (j.is_discarded() || !j.is_object() || !j.contains("step")) continue;  // a line cut by a kill
+      const char* value = j.contains("loss") ? "loss" : "eval_loss";  // a training line or an evaluation's
+      if (!j.contains(value)) continue;
+      if (!j["step"].is_number_integer() || !j[value].is_number()) {
         throw UserError(path + ":" + std::to_string(number) +
-                        ": 'step' must be an integer and 'loss' a number; it is not a line this trainer wrote (remove it, or resume "
+                        ": 'step' must be an integer and 'loss' (or 'eval_loss') a number; it is not a line this trainer wrote (remove it, or resume "
                         "into a fresh output_dir)");
       }
       if (j["step"].get<int64_t>() > resume_step) break;
-      kept_.emplace_back(j["step"].get<int64_t>(), j["loss"].get<double>());
+      if (j.contains("loss")) kept_.emplace_back(j["step"].get<int64_t>(), j["loss"].get<double>());
       lines_.push_back(j);
       kept_text += line + "\n";
     }

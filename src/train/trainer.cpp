@@ -20,12 +20,14 @@
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/train/checkpoint.h"
 #include "hyperparallel/train/lr_schedule.h"
+#include "eval_loss.h"
 #include "heldout_eval.h"
 #include "hf_outputs.h"
 #include "output_dir.h"
 #include "parallelize.h"
 #include "train_data.h"
 #include "train_metrics.h"
+#include "tensorboard_writer.h"
 #include "train_output.h"
 #include "train_step.h"
 
@@ -54,6 +56,13 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(const TrainConfig& c, models
   groups.emplace_back(decay, options(c.weight_decay));
   if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
   return std::make_unique<torch::optim::AdamW>(groups, *options(c.weight_decay));
+}
+
+// eval_steps: a count, or (below 1) a fraction of the run, as HF reads it; unset: logging_steps.
+int64_t resolve_eval_steps(const TrainConfig& c, int64_t total_steps) {
+  if (c.eval_steps <= 0) return c.logging_steps;
+  if (c.eval_steps < 1) return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(c.eval_steps * static_cast<double>(total_steps))));
+  return static_cast<int64_t>(c.eval_steps);
 }
 
 LrSchedule make_schedule(const TrainConfig& c, int64_t total_steps) {
@@ -244,11 +253,14 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   };
 
   std::unique_ptr<TrainerLog> trainer_log;
+  std::unique_ptr<TensorBoardWriter> tensorboard;
   if (leader) {
     trainer_log = std::make_unique<TrainerLog>(c.output_dir, start_step);
+    const bool wants_tensorboard = std::any_of(c.report_to.begin(), c.report_to.end(), [](const std::string& t) { return t == "tensorboard" || t == "all"; });
+    if (wants_tensorboard) tensorboard = std::make_unique<TensorBoardWriter>(c.logging_dir.empty() ? default_tensorboard_dir(c.output_dir) : c.logging_dir);
     log << "hyperparallel train: " << world->size() << " ranks, " << mesh.to_string() << ", " << model->config().parameter_count()
-        << " parameters, " << data.conversations << " conversations -> " << data.rows.size() << " rows"
-        << (c.packing ? " (packed)" : "") << ", " << sampler.steps_per_epoch() << " steps per epoch, " << total_steps << " steps\n";
+        << " parameters, " << data.conversations << (c.stage == "pt" ? " texts -> " : " conversations -> ") << data.rows.size() << " rows"
+        << (c.packing ? " (packed)" : "") << (data.eval_rows.empty() ? "" : ", " + std::to_string(data.eval_rows.size()) + " eval rows") << ", " << sampler.steps_per_epoch() << " steps per epoch, " << total_steps << " steps\n";
     if (!c.ignored_keys.empty()) {
       log << "ignored (no effect here; docs/config.md):\n";
       for (const auto& [key, why] : c.ignored_keys) log << "  " << key << ": " << why << "\n";
@@ -295,6 +307,35 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
       training_flops_per_token(model->config(), static_cast<double>(row_tokens) / static_cast<double>(std::max<size_t>(1, data.rows.size())));
 
   TrainResult result;
+  // The eval loss (eval_loss.h): logged as its own trainer_log line, HF's log_history entry
+  // and TensorBoard's eval/loss.
+  const EvalShare eval_share{c.per_device_eval_batch_size, dp, dp_rank, tp};
+  const auto run_eval = [&](int64_t steps_done) {
+    const auto t = Clock::now();
+    const double eval_loss = evaluate_loss(*model, data.eval_rows, data.pad_id, eval_share, *world, units);
+    const double seconds = std::max(1e-9, std::chrono::duration<double>(Clock::now() - t).count());
+    result.eval_losses.emplace_back(steps_done, eval_loss);
+    if (!leader) return;
+    const double epoch = static_cast<double>(steps_done) / static_cast<double>(sampler.steps_per_epoch());
+    const double rows = static_cast<double>(data.eval_rows.size());
+    trainer_log->write({{"step", steps_done}, {"eval_loss", eval_loss}, {"epoch", epoch}, {"eval_runtime", seconds},
+                        {"eval_samples_per_second", rows / seconds}, {"current_steps", steps_done}, {"total_steps", total_steps},
+                        {"percentage", std::round(10000.0 * static_cast<double>(steps_done) / static_cast<double>(total_steps)) / 100.0}});
+    if (tensorboard) {
+      tensorboard->scalar("eval/loss", eval_loss, steps_done);
+      tensorboard->flush();
+    }
+    char line[128];
+    std::snprintf(line, sizeof(line), "step %lld/%lld eval_loss %.4f (%zu rows, %.1fs)", static_cast<long long>(steps_done),
+                  static_cast<long long>(total_steps), eval_loss, data.eval_rows.size(), seconds);
+    screen.line(line);
+  };
+  const auto eval_due = [&](int64_t steps_done) {
+    if (c.eval_strategy == "steps") return steps_done % resolve_eval_steps(c, total_steps) == 0;
+    if (c.eval_strategy == "epoch") return steps_done % sampler.steps_per_epoch() == 0;
+    return false;
+  };
+  if (c.eval_on_start && !data.eval_rows.empty()) run_eval(start_step);
   if (c.heldout_eval_samples > 0) result.heldout_accuracy_before = evaluate_and_report("before", *model, data, c, layout, *world, units, log);
   std::vector<double> step_times;
   std::vector<std::pair<int64_t, double>> logged = leader ? trainer_log->kept() : std::vector<std::pair<int64_t, double>>{};
@@ -335,6 +376,13 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
                           {"elapsed_time", timedelta_text(elapsed)}, {"remaining_time", timedelta_text(eta)},
                           {"throughput", std::round(throughput * 100.0) / 100.0}, {"total_tokens", tokens_before + total_tokens}});
       logged.emplace_back(step + 1, mean_loss);
+      if (tensorboard) {  // HF's TensorBoardCallback tags
+        for (const auto& [tag, value] : {std::pair<const char*, double>{"train/loss", mean_loss}, {"train/grad_norm", grad_norm},
+                                         {"train/learning_rate", lr}, {"train/epoch", epoch}, {"train/tokens_per_s", tokens_per_s}}) {
+          tensorboard->scalar(tag, value, step + 1);
+        }
+        tensorboard->flush();
+      }
       char line[256];
       std::snprintf(line, sizeof(line), "step %lld/%lld loss %.4f grad_norm %.3f lr %.3g epoch %.2f tok/s %.0f eta %.0fs",
                     static_cast<long long>(step + 1), static_cast<long long>(total_steps), mean_loss, grad_norm, lr, epoch,
@@ -343,6 +391,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
       interval_loss = interval_tokens_per_s = 0;
       interval_steps = 0;
     }
+    if (eval_due(step + 1) || (last && c.do_eval)) run_eval(step + 1);
     if (c.save_checkpoints && ((c.save_steps > 0 && (step + 1) % c.save_steps == 0) || last)) save(step + 1);
   }
   screen.finish();
@@ -399,7 +448,16 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     metrics.input_tokens = tokens_before + total_tokens;
     metrics.total_flos = 6.0 * static_cast<double>(model->config().parameter_count()) * static_cast<double>(metrics.input_tokens);
     metrics.global_batch_rows = sampler.global_batch();
+    metrics.perplexity = c.stage == "pt";
+    if (!result.eval_losses.empty() && result.eval_losses.back().first == total_steps) metrics.eval_loss = result.eval_losses.back().second;
     write_hf_trainer_files(c.output_dir, c, trainer_log->lines(), metrics);
+    if (tensorboard) {
+      tensorboard->scalar("train/train_runtime", metrics.train_runtime_s, total_steps);
+      tensorboard->scalar("train/train_loss", metrics.train_loss, total_steps);
+      tensorboard->scalar("train/total_flos", metrics.total_flos, total_steps);
+      tensorboard->flush();
+      log << "TensorBoard: " << tensorboard->path() << "\n";
+    }
     if (c.plot_loss) {
       write_loss_svg(c.output_dir + "/training_loss.svg", logged);
       convert_svg_to_png(c.output_dir + "/training_loss.svg", c.output_dir + "/training_loss.png");

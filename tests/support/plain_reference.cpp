@@ -47,6 +47,19 @@ PlainRun plain_reference_run(const train::TrainConfig& c) {
   const train::LrSchedule schedule{c.lr_scheduler_type, c.learning_rate,
                                    train::resolve_warmup_steps(c.warmup_steps, c.warmup_ratio, c.max_steps), c.max_steps};
   PlainRun run;
+  const auto evaluate = [&](int64_t steps_done) {
+    at::NoGradGuard no_grad;
+    std::vector<const data::TrainingRow*> rows;
+    double tokens = 0;
+    for (const auto& row : data.eval_rows) {
+      rows.push_back(&row);
+      tokens += static_cast<double>(data::label_tokens(row));
+    }
+    const models::CausalLMOutput out = model->forward(train::model_input(data::collate_rows(rows, data.pad_id)));
+    run.eval_losses.emplace_back(steps_done, out.lm_loss_sum.item<double>() / tokens);
+  };
+  const int64_t eval_every = c.eval_steps >= 1 ? static_cast<int64_t>(c.eval_steps) : c.logging_steps;
+  if (c.eval_on_start) evaluate(0);
   data::SamplerPosition position;
   for (int64_t step = 0; step < c.max_steps; ++step) {
     std::vector<const data::TrainingRow*> rows;
@@ -65,6 +78,7 @@ PlainRun plain_reference_run(const train::TrainConfig& c) {
     optimizer.step();
     run.losses.push_back(loss.item<double>());
     run.grad_norms.push_back(norm);
+    if ((c.eval_strategy == "steps" && (step + 1) % eval_every == 0) || (step + 1 == c.max_steps && c.do_eval)) evaluate(step + 1);
   }
   return run;
 }

@@ -5,6 +5,7 @@
 // communicator, one forward per global batch. Parity tests compare every layout with it.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "hyperparallel/train/train_config.h"
@@ -14,6 +15,10 @@ namespace hyperparallel::testing {
 struct PlainRun {
   std::vector<double> losses;      // per optimizer step
   std::vector<double> grad_norms;  // before clipping
+  // (step, eval loss) where the config evaluates (eval_on_start, every eval_steps with
+  // eval_strategy steps, after the last step with do_eval): all eval rows in one forward, the
+  // label-token sum over their label tokens.
+  std::vector<std::pair<int64_t, double>> eval_losses;
 };
 
 // `config` as the trainer reads it; its global batch is per_device_train_batch_size x

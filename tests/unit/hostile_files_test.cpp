@@ -140,7 +140,7 @@ TEST(HostileFiles, ATrainerLogLineOfTheWrongTypesNamesTheFileAndLine) {
   const std::string dir = fresh_dir("log");
   write(dir + "/trainer_log.jsonl", "{\"step\": 1, \"loss\": 2.5}\n{\"step\": \"two\", \"loss\": 2.0}\n");
   const std::string e = error_of([&] { hyperparallel::train::TrainerLog log(dir, 2); });
-  EXPECT_NE(e.find(dir + "/trainer_log.jsonl:2: 'step' must be an integer and 'loss' a number"), std::string::npos) << e;
+  EXPECT_NE(e.find(dir + "/trainer_log.jsonl:2: 'step' must be an integer and 'loss' (or 'eval_loss') a number"), std::string::npos) << e;
   write(dir + "/trainer_log.jsonl", "{\"step\": 1, \"loss\": 2.5}\n" + nested(5000) + "\n");
   EXPECT_NE(error_of([&] { hyperparallel::train::TrainerLog log(dir, 2); }).find("trainer_log.jsonl:2 nests JSON deeper"),
             std::string::npos);

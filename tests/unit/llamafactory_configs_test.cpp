@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <set>
@@ -20,6 +21,7 @@
 #include "support/hf_folder.h"
 #include "support/subprocess.h"
 #include "train/llamafactory_compat.h"
+#include "train/tensorboard_writer.h"
 
 namespace hp = hyperparallel;
 namespace fs = std::filesystem;
@@ -133,6 +135,50 @@ TEST(LlamaFactoryConfigs, UpstreamExamplesRunWithOnlyTheirPathsChanged) {
   }
 }
 
+// The upstream example with its commented-out eval block switched on: val_size splits rows off
+// the training data, eval_loss is logged every eval_steps and after the last step, and lands
+// in eval_results.json, all_results.json and trainer_state.json's log_history.
+TEST(LlamaFactoryConfigs, TheUpstreamEvalBlockEvaluatesOnAValidationSplit) {
+  const std::string model = hp::testing::write_tiny_hf_folder(temp_path("model"));
+  const std::string out = temp_path("eval_out");
+  fs::remove_all(out);
+  std::string text = upstream_with_paths("train_full_qwen3_full_sft.yaml", model, out);
+  for (const char* key : {"val_size", "per_device_eval_batch_size", "eval_strategy", "eval_steps"}) {
+    text = std::regex_replace(text, std::regex(std::string("\n# ") + key + ":"), std::string("\n") + key + ":");
+  }
+  const std::string yaml = write_file("eval.yaml", text);
+  const auto run = hp::testing::run_subprocess({HP_CLI_PATH, "train", yaml, "max_steps=4", "eval_steps=2", "logging_steps=1"},
+                                               {std::chrono::seconds(180)});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // 24 conversations: ceil(0.1 x 24) = 3 rows held out, 21 to train on.
+  EXPECT_NE(run.output.find("24 conversations -> 21 rows, 3 eval rows"), std::string::npos) << run.output;
+  std::vector<int64_t> eval_steps;
+  for (const auto& line : log_lines(out)) {
+    if (line.contains("eval_loss")) eval_steps.push_back(line["step"]);
+  }
+  EXPECT_EQ(eval_steps, (std::vector<int64_t>{2, 4}));
+  const auto results = nlohmann::json::parse(std::ifstream(out + "/eval_results.json"));
+  const auto all = nlohmann::json::parse(std::ifstream(out + "/all_results.json"));
+  EXPECT_GT(results["eval_loss"].get<double>(), 0);
+  EXPECT_EQ(all["eval_loss"], results["eval_loss"]);
+  EXPECT_TRUE(all.contains("train_loss"));
+  int64_t history_evals = 0;
+  const auto state = nlohmann::json::parse(std::ifstream(out + "/trainer_state.json"));
+  for (const auto& entry : state["log_history"]) history_evals += entry.contains("eval_loss");
+  EXPECT_EQ(history_evals, 2);
+  // Asking for evaluation without eval rows, or with both sources, is refused before training.
+  const auto none = hp::testing::run_subprocess({HP_CLI_PATH, "train", yaml, "val_size=0", "output_dir=" + temp_path("eval_none")});
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+  EXPECT_NE(none.output.find("eval_strategy: steps needs rows to evaluate: set eval_dataset"), std::string::npos) << none.output;
+  const auto both = hp::testing::run_subprocess({HP_CLI_PATH, "train", yaml, "eval_dataset=identity", "output_dir=" + temp_path("eval_none")});
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  EXPECT_NE(both.output.find("val_size and eval_dataset both say"), std::string::npos) << both.output;
+  const auto all_rows = hp::testing::run_subprocess({HP_CLI_PATH, "train", yaml, "val_size=24", "output_dir=" + temp_path("eval_none")});
+  EXPECT_EQ(all_rows.exit_code, 2) << all_rows.output;
+  EXPECT_NE(all_rows.output.find("val_size 24"), std::string::npos) << all_rows.output;
+  fs::remove_all(out);
+}
+
 // A file with several mistakes gets every one of them in one run, each naming its key.
 TEST(LlamaFactoryConfigs, EveryProblemOfAFileIsReportedInOneRun) {
   const std::string yaml = write_file("problems.yaml", kMinimal +
@@ -188,7 +234,7 @@ TEST(LlamaFactoryConfigs, KeysWithAnEffectMapOntoOurs) {
   EXPECT_EQ(c.lr_scheduler_kwargs.min_lr_rate, 0.1);
   std::vector<std::string> ignored;
   for (const auto& [key, why] : c.ignored_keys) ignored.push_back(key);
-  EXPECT_EQ(ignored, (std::vector<std::string>{"deepspeed", "dataloader_num_workers", "report_to: wandb", "report_to: tensorboard"}));
+  EXPECT_EQ(ignored, (std::vector<std::string>{"deepspeed", "dataloader_num_workers", "report_to: wandb"}));  // tensorboard is written
   EXPECT_TRUE(load(kMinimal + "report_to: none\n").ignored_keys.empty());
 }
 
@@ -240,6 +286,53 @@ TEST(LlamaFactoryConfigs, HyperParallelArgsJsonSetsOurKeys) {
   fails(kMinimal + "hyper_parallel_args: " + write_file("d.json", R"({"cp_size": 2})") + "\n", "accelerator.cp_size: 2 is not supported yet");
   fails(kMinimal + "hyper_parallel_args: " + write_file("e.json", R"([1, 2])") + "\n", "must hold a JSON object");
   fails(kMinimal + "hyper_parallel_args: " + write_file("f.json", R"({"tp_size": 0})") + "\n", "accelerator.tp_size: '0' is not allowed");
+}
+
+// report_to: tensorboard writes TensorBoard's event files: framing and CRCs checked and every
+// record parsed by the protobuf runtime (tests/support/read_tfevents.py); the scalars are the
+// logged numbers.
+TEST(LlamaFactoryConfigs, ReportToTensorboardWritesEventFilesTensorBoardReads) {
+  EXPECT_EQ(hp::train::crc32c("123456789", 9), 0xE3069283u);
+  const std::string out = temp_path("tensorboard_out");
+  fs::remove_all(out);
+  const std::string yaml = write_file("tb.yaml", kMinimal + "tokenizer: " HP_SOURCE_DIR "/examples/tokenizer\nmax_samples: 32\n"
+                                                            "max_steps: 4\nlogging_steps: 2\nreport_to: [tensorboard, wandb]\n");
+  const auto run = hp::testing::run_subprocess({HP_CLI_PATH, "train", yaml, "output_dir=" + out}, {std::chrono::seconds(120)});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("  report_to: wandb: no experiment tracker is contacted"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("report_to: tensorboard:"), std::string::npos) << run.output;
+  std::vector<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(out + "/runs")) {
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) files.push_back(e.path().string());
+  }
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_NE(run.output.find("TensorBoard: " + files[0]), std::string::npos) << run.output;
+  const std::string parsed = temp_path("tensorboard.json");
+  const auto reader = hp::testing::run_subprocess({"/usr/bin/python3", HP_SOURCE_DIR "/tests/support/read_tfevents.py", files[0], parsed});
+  ASSERT_EQ(reader.exit_code, 0) << reader.output << "(scripts/setup.sh installs python3-protobuf)";
+  const auto events = nlohmann::json::parse(std::ifstream(parsed));
+  EXPECT_EQ(events["file_version"], "brain.Event:2");
+  std::map<std::pair<int64_t, std::string>, double> scalars;
+  for (const auto& s : events["scalars"]) scalars[{s[0].get<int64_t>(), s[1].get<std::string>()}] = s[2].get<double>();
+  const auto lines = log_lines(out);
+  ASSERT_EQ(lines.size(), 2u);
+  for (const auto& line : lines) {
+    const int64_t step = line["step"];
+    EXPECT_FLOAT_EQ(scalars.at({step, "train/loss"}), line["loss"].get<double>());
+    EXPECT_FLOAT_EQ(scalars.at({step, "train/learning_rate"}), line["lr"].get<double>());
+    EXPECT_FLOAT_EQ(scalars.at({step, "train/grad_norm"}), line["grad_norm"].get<double>());
+  }
+  EXPECT_TRUE(scalars.count({4, "train/train_runtime"}));
+  // logging_dir puts them where it says.
+  const std::string custom = temp_path("tensorboard_custom");
+  fs::remove_all(custom);
+  const auto again = hp::testing::run_subprocess({HP_CLI_PATH, "train", yaml, "output_dir=" + out, "overwrite_output_dir=true",
+                                                  "logging_dir=" + custom, "report_to=all"},
+                                                 {std::chrono::seconds(120)});
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_FALSE(fs::is_empty(custom));
+  fs::remove_all(out);
+  fs::remove_all(custom);
 }
 
 // The rates of HF's get_scheduler, worked by hand from its formulas.

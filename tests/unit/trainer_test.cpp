@@ -107,6 +107,51 @@ TEST(Trainer, EveryLayoutMatchesThePlainModelAtTheSameGlobalBatch) {
   for (const auto& [name, ranks, layout] : layouts) fs::remove_all(temp_dir(name));
 }
 
+// The eval loss (eval_dataset, uneven micro-batches of 3 rows per rank) before training, every
+// 5 steps and at the end: the same on every layout as the plain model's one forward over all
+// eval rows.
+TEST(Trainer, EvalLossMatchesThePlainModelOnEveryLayout) {
+  const std::vector<std::string> eval = {"eval_dataset=synthetic_addition", "per_device_eval_batch_size=3", "eval_on_start=true",
+                                         "eval_strategy=steps", "eval_steps=5", "max_samples=50"};
+  const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
+      {"eval_one_process", 1, {"per_device_train_batch_size=8"}},
+      {"eval_fsdp2_accum2", 2, {"per_device_train_batch_size=2", "gradient_accumulation_steps=2"}},
+      {"eval_fsdp2_tp2", 4, {"per_device_train_batch_size=4", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}}};
+  std::vector<std::vector<std::pair<int64_t, double>>> got;
+  for (const auto& [name, ranks, layout] : layouts) {
+    std::vector<std::string> overrides = base_overrides(temp_dir(name));
+    overrides.insert(overrides.end(), eval.begin(), eval.end());
+    overrides.insert(overrides.end(), layout.begin(), layout.end());
+    if (!hp::testing::is_rank_process()) fs::remove_all(temp_dir(name));
+    hp::testing::run_on_ranks(ranks, [&](hp::testing::RankContext& ctx) {
+      std::ostringstream log;
+      const auto result = hp::train::run_training(hp::train::load_train_config("", overrides), ctx.world, log);
+      std::ofstream(temp_dir(name) + "/eval_losses_rank" + std::to_string(ctx.rank) + ".json") << nlohmann::json(result.eval_losses).dump();
+    });
+    got.push_back(nlohmann::json::parse(std::ifstream(temp_dir(name) + "/eval_losses_rank0.json")).get<std::vector<std::pair<int64_t, double>>>());
+  }
+  std::vector<std::string> overrides = base_overrides(temp_dir("eval_plain"));
+  overrides.insert(overrides.end(), eval.begin(), eval.end());
+  overrides.push_back("per_device_train_batch_size=8");
+  const hp::testing::PlainRun ref = hp::testing::plain_reference_run(hp::train::load_train_config("", overrides));
+  ASSERT_EQ(ref.eval_losses.size(), 5u);  // steps 0, 5, 10, 15, 20
+  EXPECT_LT(ref.eval_losses.back().second, ref.eval_losses.front().second);
+  for (size_t l = 0; l < layouts.size(); ++l) {
+    SCOPED_TRACE(std::get<0>(layouts[l]));
+    ASSERT_EQ(got[l].size(), ref.eval_losses.size());
+    for (size_t i = 0; i < got[l].size(); ++i) {
+      EXPECT_EQ(got[l][i].first, ref.eval_losses[i].first);
+      EXPECT_NEAR(got[l][i].second, ref.eval_losses[i].second, 1e-5 * ref.eval_losses[i].second) << "step " << got[l][i].first;
+    }
+    // The trainer_log line of each evaluation.
+    std::ifstream in(temp_dir(std::get<0>(layouts[l])) + "/trainer_log.jsonl");
+    int64_t eval_lines = 0;
+    for (std::string line; std::getline(in, line);) eval_lines += nlohmann::json::parse(line).contains("eval_loss");
+    EXPECT_EQ(eval_lines, 5);
+  }
+  for (const auto& [name, ranks, layout] : layouts) fs::remove_all(temp_dir(name));
+}
+
 // Tensor-parallel layouts through the trainer (qwen3-debug: tied embeddings, q/k norms, 2 kv
 // heads), and Validation mode, which checks every boundary and changes no number.
 TEST(Trainer, TensorParallelLayoutsMatchThePlainModel) {

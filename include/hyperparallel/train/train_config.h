@@ -76,7 +76,15 @@ struct TrainConfig {
   std::optional<std::string> default_system;  // null: the template's own default system prompt
   bool enable_thinking = true;
   std::string bad_records = "stop";  // stop | skip
-  int64_t heldout_eval_samples = 0;  // built-in synthetic datasets: accuracy before/after
+  int64_t heldout_eval_samples = 0;
+  // evaluation loss (train/eval_loss.h)
+  bool do_eval = false;                 // evaluate after the last step (set by eval_strategy too)
+  std::string eval_dataset;             // names, like dataset
+  double val_size = 0;                  // rows split off the training data: a fraction < 1, else a count
+  std::string eval_strategy = "no";     // no | steps | epoch
+  double eval_steps = 0;                // 0: logging_steps; < 1: a fraction of the run
+  int64_t per_device_eval_batch_size = 8;
+  bool eval_on_start = false;  // built-in synthetic datasets: accuracy before/after
   // output
   std::string output_dir;
   bool overwrite_output_dir = false;
@@ -112,7 +120,8 @@ struct TrainConfig {
   // LlamaFactory keys accepted for compatibility (ddp_timeout sets comm_timeout_s).
   bool overwrite_cache = false;
   std::optional<int64_t> preprocessing_num_workers;
-  std::vector<std::string> report_to;  // trackers asked for; none is contacted (listed as ignored)
+  std::vector<std::string> report_to;  // trackers asked for: tensorboard is written, the others listed as ignored
+  std::string logging_dir;             // TensorBoard files; "": output_dir/runs/<date>_<host>
   bool trust_remote_code = false;
   std::string optim = "adamw_torch";
   std::string deepspeed;  // a DeepSpeed config path: not read, FSDP does the sharding (listed as ignored)

@@ -30,6 +30,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "hyperparallel/comm/communicator.h"
@@ -43,6 +44,7 @@ struct TrainResult {
   int64_t steps = 0;       // the run's last step
   int64_t first_step = 0;  // steps done before this run (the checkpoint's, when resuming)
   std::optional<double> heldout_accuracy_before, heldout_accuracy_after;  // with heldout_eval_samples > 0
+  std::vector<std::pair<int64_t, double>> eval_losses;  // (step, eval_loss) of each evaluation
 };
 
 // `log` gets rank 0's lines; with `progress_bar` (rank 0 on a terminal) a bar is redrawn

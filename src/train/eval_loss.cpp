@@ -1,0 +1,39 @@
+// The evaluation loss. See eval_loss.h.
+#include "eval_loss.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "train_step.h"
+
+namespace hyperparallel::train {
+
+double evaluate_loss(models::CausalLM& model, const std::vector<data::TrainingRow>& rows, int64_t pad_id, const EvalShare& share,
+                     comm::Communicator& world, std::vector<fsdp::FSDPModule>& units) {
+  at::NoGradGuard no_grad;
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t per_pass = share.dp * share.rows_per_micro_batch;
+  const int64_t passes = (n + per_pass - 1) / per_pass;
+  data::TrainingRow silent = rows.empty() ? data::TrainingRow{} : rows[0];
+  std::fill(silent.labels.begin(), silent.labels.end(), data::kIgnoreLabel);
+  double loss_sum = 0, tokens = 0;
+  for (int64_t p = 0; p < passes; ++p) {
+    std::vector<const data::TrainingRow*> mine;
+    for (int64_t k = 0; k < share.rows_per_micro_batch; ++k) {
+      const int64_t r = p * per_pass + share.dp_rank * share.rows_per_micro_batch + k;
+      if (r < n) mine.push_back(&rows[r]);
+    }
+    if (mine.empty()) mine.push_back(&silent);
+    for (const auto* row : mine) tokens += static_cast<double>(data::label_tokens(*row));
+    const models::CausalLMOutput out = model.forward(model_input(data::collate_rows(mine, pad_id)));
+    loss_sum += out.lm_loss_sum.item<double>();
+  }
+  for (auto& unit : units) unit.reshard();
+  at::Tensor sums = at::tensor({loss_sum, tokens}, at::kDouble);
+  world.all_reduce(sums).wait();
+  // tp ranks of a group count the same rows.
+  return sums[0].item<double>() / std::max(1.0, sums[1].item<double>());
+}
+
+}  // namespace hyperparallel::train
