@@ -418,7 +418,7 @@ TEST(PretrainData, CommandLineTrainsOnPlainTextAndRefusesABadPtConfig) {
 
   const auto run = hp::testing::run_subprocess({HP_CLI_PATH, "train", yaml, "max_steps=3"}, {std::chrono::seconds(180)});
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_NE(run.output.find("86 conversations -> " + std::to_string(rows.size()) + " rows (packed)"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("86 texts -> " + std::to_string(rows.size()) + " rows (packed)"), std::string::npos) << run.output;
   std::ifstream log(out + "/trainer_log.jsonl");
   int lines = 0;
   int64_t tokens = 0;
