@@ -1,6 +1,8 @@
 // Sparse MoE block and its auxiliary loss. See moe.h.
 #include "moe.h"
 
+#include <algorithm>
+
 #include <string>
 
 namespace hyperparallel::models {
@@ -47,28 +49,35 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& x, std::vector<at::Tensor>*
   return out.reshape(shape);
 }
 
-at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t num_experts, int64_t top_k,
-                               const at::Tensor& attention_mask) {
+RoutingSums routing_sums(const std::vector<at::Tensor>& router_logits, int64_t num_experts, int64_t top_k, const at::Tensor& attention_mask) {
   const at::Tensor gate_logits = at::cat(router_logits, 0);
   const at::Tensor weights = at::softmax(gate_logits, -1);
   const at::Tensor selected = std::get<1>(at::topk(weights, top_k, -1));
   const at::Tensor expert_mask = at::one_hot(selected, num_experts).to(at::kFloat);  // [N, k, E]
-  at::Tensor tokens_per_expert, router_prob_per_expert;
+  RoutingSums sums;
   if (!attention_mask.defined()) {
-    tokens_per_expert = expert_mask.mean(0);
-    router_prob_per_expert = weights.mean(0);
-  } else {
-    const int64_t batch = attention_mask.size(0), seq = attention_mask.size(1);
-    const int64_t layers = gate_logits.size(0) / (batch * seq);
-    const at::Tensor mask = attention_mask.to(weights.scalar_type());
-    const at::Tensor expert_attention = mask.view({1, batch, seq, 1, 1}).expand({layers, batch, seq, top_k, num_experts})
-                                            .reshape({-1, top_k, num_experts});
-    tokens_per_expert = (expert_mask * expert_attention).sum(0) / expert_attention.sum(0);
-    const at::Tensor router_attention =
-        mask.view({1, batch, seq, 1}).expand({layers, batch, seq, num_experts}).reshape({-1, num_experts});
-    router_prob_per_expert = (weights * router_attention).sum(0) / router_attention.sum(0);
+    sums.counts = expert_mask.sum(0);
+    sums.prob_sums = weights.sum(0);
+    sums.tokens = static_cast<double>(gate_logits.size(0));
+    return sums;
   }
-  return (tokens_per_expert * router_prob_per_expert.unsqueeze(0)).sum() * static_cast<double>(num_experts);
+  const int64_t batch = attention_mask.size(0), seq = attention_mask.size(1);
+  const int64_t layers = gate_logits.size(0) / (batch * seq);
+  const at::Tensor mask = attention_mask.to(weights.scalar_type()).view({1, batch * seq}).expand({layers, batch * seq}).reshape({-1, 1});
+  sums.counts = (expert_mask * mask.unsqueeze(-1)).sum(0);
+  sums.prob_sums = (weights * mask).sum(0);
+  sums.tokens = mask.sum().item<double>();
+  return sums;
+}
+
+at::Tensor load_balancing_loss(const RoutingSums& sums, int64_t num_experts) {
+  const double n = std::max(sums.tokens, 1.0);
+  return ((sums.counts / n) * (sums.prob_sums / n).unsqueeze(0)).sum() * static_cast<double>(num_experts);
+}
+
+at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t num_experts, int64_t top_k,
+                               const at::Tensor& attention_mask) {
+  return load_balancing_loss(routing_sums(router_logits, num_experts, top_k, attention_mask), num_experts);
 }
 
 }  // namespace hyperparallel::models

@@ -30,8 +30,24 @@ class SparseMoeBlock : public FeedForwardModule {
   std::vector<std::shared_ptr<Mlp>> expert_mlps;
 };
 
-// transformers' load_balancing_loss_func: router_logits holds one [B*T, experts] tensor per
-// MoE layer; attention_mask [B, T] (undefined = every token counts) leaves out padding.
+// The sums transformers' load_balancing_loss_func is made of, for a batch: `counts` [k, E]
+// (tokens routed to each expert in each top-k slot; no gradient), `prob_sums` [E] (router
+// probabilities summed over tokens; with gradient) and `tokens` (tokens counted, times the MoE
+// layers). router_logits holds one [B*T, experts] tensor per MoE layer; attention_mask [B, T]
+// (undefined = every token counts) leaves out padding. Sums of several batches (micro-batches,
+// ranks) add up to the sums of the pooled batch, so the loss of a whole global batch can be
+// had from all-reduced sums (the trainer's moe_aux_loss_scope: global).
+struct RoutingSums {
+  at::Tensor counts, prob_sums;
+  double tokens = 0;
+};
+RoutingSums routing_sums(const std::vector<at::Tensor>& router_logits, int64_t num_experts, int64_t top_k, const at::Tensor& attention_mask);
+
+// E * sum over slots and experts of (counts / tokens) * (prob_sums / tokens): the loss of the
+// batch the sums describe.
+at::Tensor load_balancing_loss(const RoutingSums& sums, int64_t num_experts);
+
+// transformers' load_balancing_loss_func over one forward's router logits.
 at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t num_experts, int64_t top_k,
                                const at::Tensor& attention_mask);
 

@@ -288,6 +288,7 @@ const std::vector<KeyDef>& key_table() {
         {{"warmup_steps", "int >= 0", "0", "linear warmup steps; overrides warmup_ratio when > 0"}, int_at_least(&C::warmup_steps, 0)},
         {{"bf16", "bool | auto", "false", "compute in bfloat16 (parameters all-gathered in bf16, fp32 masters and reductions); auto: bf16 where every rank's CPU has AVX512_BF16 or AMX-BF16, else fp32 (the log says which)"}, set_bf16},
         {{"fp16", "bool", "false", "float16 compute is not supported (no fast fp16 kernels on CPU, and fp16 needs loss scaling); use bf16"}, boolean(&C::fp16)},
+        {{"moe_aux_loss_scope", "global | micro_batch", "global", "MoE load-balancing loss over the tokens of all ranks' micro-batch (global: every data-parallel split gives the same step) or per rank and micro-batch as HF computes it in one forward (micro_batch)"}, choice(&C::moe_aux_loss_scope, {"global", "micro_batch"})},
         {{"seed", "int >= 0", "42", "model initialisation (debug flavours) and data order"}, int_at_least(&C::seed, 0)},
         {{"resume_from_checkpoint", "string", "\"\"", "a checkpoint folder, or latest (the newest complete one in output_dir)"}, text(&C::resume_from_checkpoint)},
         // processes

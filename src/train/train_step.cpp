@@ -10,6 +10,7 @@
 #include "hyperparallel/fsdp/clip_grad_norm.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/models/causal_lm.h"
+#include "models/moe.h"
 
 namespace hyperparallel::train {
 namespace {
@@ -29,6 +30,35 @@ models::CausalLMInput model_input(const data::TokenBatch& batch) {
   return in;
 }
 
+namespace {
+
+// The global-scope load-balancing term of one micro-batch: its value over the pooled tokens of
+// every rank, and the part this rank backpropagates (see train_step.h).
+struct PooledAux {
+  double value = 0;
+  at::Tensor own_part;
+};
+
+PooledAux pooled_aux_loss(const StepSetup& s, const models::CausalLMOutput& out, const at::Tensor& attention_mask) {
+  const models::ModelConfig& config = s.model.config();
+  const models::RoutingSums own = models::routing_sums(out.router_logits, config.num_experts, config.num_experts_per_tok, attention_mask);
+  const int64_t slots = own.counts.numel(), experts = config.num_experts;
+  at::Tensor pooled = at::cat({own.counts.detach().reshape({-1}).to(at::kDouble), own.prob_sums.detach().to(at::kDouble),
+                               at::full({1}, own.tokens, at::kDouble)});
+  s.world.all_reduce(pooled).wait();
+  pooled /= static_cast<double>(s.tp);  // the ranks of a tensor-parallel group route the same tokens
+  const at::Tensor per_expert = pooled.narrow(0, 0, slots).view({-1, experts}).sum(0);  // summed over the top-k slots
+  const at::Tensor prob_sums = pooled.narrow(0, slots, experts);
+  const double tokens = std::max(pooled[slots + experts].item<double>(), 1.0);
+  const double scale = static_cast<double>(experts) / (tokens * tokens);
+  PooledAux aux;
+  aux.value = (per_expert * prob_sums).sum().item<double>() * scale;
+  aux.own_part = (per_expert.to(own.prob_sums.scalar_type()) * own.prob_sums).sum() * scale;
+  return aux;
+}
+
+}  // namespace
+
 StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& global, double lr) {
   const TrainData& data = s.data;
   StepOutcome outcome;
@@ -38,7 +68,8 @@ StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& g
     outcome.input_tokens += static_cast<int64_t>(data.rows[r].input_ids.size());
   }
   const double denominator = static_cast<double>(std::max<int64_t>(1, label_tokens));
-  double local_loss_sum = 0;
+  const double aux_coef = s.model.config().router_aux_loss_coef;
+  double local_loss_sum = 0, aux_sum = 0;  // aux_sum: global values (same on every rank), or this rank's own
   for (int64_t m = 0; m < s.accumulation; ++m) {
     std::vector<const data::TrainingRow*> mine;
     for (int64_t r : data::GlobalBatchSampler::rank_micro_batch(global, s.dp_rank, s.dp, m, s.accumulation)) mine.push_back(&data.rows[r]);
@@ -46,16 +77,28 @@ StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& g
     s.root.set_requires_gradient_sync(m == s.accumulation - 1);
     const models::CausalLMOutput out = s.model.forward(in);
     at::Tensor loss = out.lm_loss_sum / denominator;
-    // MoE: the load-balancing term (per micro-batch, averaged over micro-batches and ranks).
-    if (out.aux_loss.defined()) loss = loss + (out.loss - out.lm_loss) / static_cast<double>(s.accumulation * s.dp);
+    if (out.aux_loss.defined() && s.global_aux_loss) {
+      const PooledAux aux = pooled_aux_loss(s, out, in.attention_mask);
+      loss = loss + aux.own_part * (aux_coef / static_cast<double>(s.accumulation));
+      aux_sum += aux.value;
+    } else if (out.aux_loss.defined()) {
+      loss = loss + out.aux_loss * (aux_coef / static_cast<double>(s.accumulation * s.dp));
+      aux_sum += out.aux_loss.item<double>();
+    }
     loss.backward();
     local_loss_sum += out.lm_loss_sum.item<double>();
   }
   // The squared gradient norm and the loss in one all-reduce.
-  at::Tensor sums = at::stack({fsdp::local_squared_gradient_norm(s.model, s.norm_weights), at::scalar_tensor(local_loss_sum, at::kDouble)});
+  at::Tensor sums = at::stack({fsdp::local_squared_gradient_norm(s.model, s.norm_weights), at::scalar_tensor(local_loss_sum, at::kDouble),
+                               at::scalar_tensor(s.global_aux_loss ? 0.0 : aux_sum, at::kDouble)});
   s.world.all_reduce(sums).wait();
   outcome.grad_norm = std::sqrt(sums[0].item<double>());
-  outcome.loss = sums[1].item<double>() / static_cast<double>(s.tp) / denominator;  // tp ranks share each micro-batch
+  outcome.lm_loss = sums[1].item<double>() / static_cast<double>(s.tp) / denominator;  // tp ranks share each micro-batch
+  // The step's aux loss: the mean over micro-batches of the pooled value (global), or over
+  // micro-batches and data-parallel ranks of each one's own (micro_batch).
+  outcome.aux_loss = s.global_aux_loss ? aux_sum / static_cast<double>(s.accumulation)
+                                       : sums[2].item<double>() / static_cast<double>(s.tp * s.accumulation * s.dp);
+  outcome.loss = outcome.lm_loss + aux_coef * outcome.aux_loss;
   if (s.max_grad_norm > 0) {
     const double coef = s.max_grad_norm / (outcome.grad_norm + 1e-6);
     if (coef < 1) {

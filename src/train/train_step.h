@@ -7,6 +7,15 @@
 // the global batch whatever the layout and accumulation. Gradient sync runs on the last
 // micro-batch only. The gradient norm is fsdp::clip_grad_norm_'s (each piece's squared norm
 // weighted by 1 / the ranks holding it), all-reduced together with the loss in one collective.
+//
+// MoE's load-balancing loss, moe_aux_loss_scope global (the default): after each micro-batch's
+// forward the routing sums (models/moe.h) are all-reduced over the ranks, and each rank
+// backpropagates E / N^2 x sum_e C_e x P_e(own tokens), with C and N the pooled counts: the
+// ranks' gradients add up to the gradient of the loss over the pooled tokens, so a step is
+// one process's step on the same micro-batches whatever the data-parallel split. Over
+// gradient accumulation the micro-batches' losses are averaged (the statistics of a later
+// micro-batch are not known when an earlier one runs backward), so runs agree at the same
+// accumulation count. micro_batch: each rank's own HF loss per micro-batch, averaged.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -42,10 +51,15 @@ struct StepSetup {
   int64_t accumulation = 1;
   int64_t dp = 1, dp_rank = 0, tp = 1;
   double max_grad_norm = 0;  // 0 = no clipping
+  // MoE: the load-balancing loss over the whole global batch's tokens (true: moe_aux_loss_scope
+  // global) or, as HF's per-forward number, per micro-batch and rank, averaged (false).
+  bool global_aux_loss = true;
 };
 
 struct StepOutcome {
-  double loss = 0;       // mean over the global batch's label tokens
+  double loss = 0;       // lm_loss + router_aux_loss_coef x aux_loss (= lm_loss for dense models), as HF reports it
+  double lm_loss = 0;    // mean over the global batch's label tokens
+  double aux_loss = 0;   // MoE load-balancing loss (0 for dense models)
   double grad_norm = 0;  // before clipping
   int64_t input_tokens = 0;  // of the global batch
 };

@@ -212,6 +212,8 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   StepSetup step_setup{*model, root, *optimizer, *world, data, model->parameters(), {}, c.gradient_accumulation_steps,
                        dp, dp_rank, tp, c.max_grad_norm};
   step_setup.norm_weights = fsdp::gradient_norm_weights(*model, world->size());
+  step_setup.global_aux_loss = c.moe_aux_loss_scope == "global";
+  const bool moe = model->config().num_experts > 0;
 
   const int64_t accum = c.gradient_accumulation_steps, per_device = c.per_device_train_batch_size;
   const data::GlobalBatchSampler sampler(static_cast<int64_t>(data.rows.size()), per_device * accum * dp,
@@ -341,12 +343,14 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   std::vector<std::pair<int64_t, double>> logged = leader ? trainer_log->kept() : std::vector<std::pair<int64_t, double>>{};
   double interval_loss = 0, interval_tokens_per_s = 0;
   int64_t interval_steps = 0;
+  double interval_aux = 0;  // MoE
   const auto t_start = Clock::now();
   for (int64_t step = start_step; step < total_steps; ++step) {
     const auto t_step = Clock::now();
     const double lr = schedule.lr_at(step);
     const StepOutcome done = run_optimizer_step(step_setup, sampler.global_batch_rows(position), lr);
     const double step_loss = done.loss, grad_norm = done.grad_norm;
+    interval_aux += done.aux_loss;
     const int64_t input_tokens = done.input_tokens;
     position = sampler.next(position);
 
@@ -368,13 +372,21 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
       const double tokens_per_s = interval_tokens_per_s / static_cast<double>(interval_steps);
       const double throughput = static_cast<double>(total_tokens) / elapsed;
       // Ours first, then LlamaFactory's LogCallback fields, so its tools read the file too.
-      trainer_log->write({{"step", step + 1}, {"loss", mean_loss}, {"grad_norm", grad_norm}, {"lr", lr}, {"epoch", epoch},
+      nlohmann::json moe_fields = nlohmann::json::object();
+      if (moe) {  // the total loss is HF's: lm_loss + router_aux_loss_coef x aux_loss
+        const double mean_aux = interval_aux / static_cast<double>(interval_steps);
+        moe_fields = {{"aux_loss", mean_aux}, {"lm_loss", mean_loss - model->config().router_aux_loss_coef * mean_aux}};
+      }
+      interval_aux = 0;
+      nlohmann::json record{{"step", step + 1}, {"loss", mean_loss}, {"grad_norm", grad_norm}, {"lr", lr}, {"epoch", epoch},
                           {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed}, {"peak_rss_mib", peak_rss_mib()},
                           {"mfu", flops_per_token * throughput / (roofline_gflops * 1e9)},
                           {"current_steps", step + 1}, {"total_steps", total_steps},
                           {"percentage", std::round(10000.0 * static_cast<double>(step + 1) / static_cast<double>(total_steps)) / 100.0},
                           {"elapsed_time", timedelta_text(elapsed)}, {"remaining_time", timedelta_text(eta)},
-                          {"throughput", std::round(throughput * 100.0) / 100.0}, {"total_tokens", tokens_before + total_tokens}});
+                          {"throughput", std::round(throughput * 100.0) / 100.0}, {"total_tokens", tokens_before + total_tokens}};
+      record.update(moe_fields);
+      trainer_log->write(record);
       logged.emplace_back(step + 1, mean_loss);
       if (tensorboard) {  // HF's TensorBoardCallback tags
         for (const auto& [tag, value] : {std::pair<const char*, double>{"train/loss", mean_loss}, {"train/grad_norm", grad_norm},

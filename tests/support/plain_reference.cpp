@@ -70,7 +70,10 @@ PlainRun plain_reference_run(const train::TrainConfig& c) {
     }
     position = sampler.next(position);
     const models::CausalLMOutput out = model->forward(train::model_input(data::collate_rows(rows, data.pad_id)));
-    const at::Tensor loss = out.lm_loss_sum / static_cast<double>(label_tokens);
+    // MoE: HF's load-balancing loss over the whole global batch (one forward here).
+    const at::Tensor lm_loss = out.lm_loss_sum / static_cast<double>(label_tokens);
+    const at::Tensor loss = out.aux_loss.defined() ? lm_loss + model->config().router_aux_loss_coef * out.aux_loss : lm_loss;
+    if (out.aux_loss.defined()) run.aux_losses.push_back(out.aux_loss.item<double>());
     optimizer.zero_grad();
     loss.backward();
     const double norm = torch::nn::utils::clip_grad_norm_(model->parameters(), c.max_grad_norm > 0 ? c.max_grad_norm : INFINITY);

@@ -13,7 +13,8 @@
 namespace hyperparallel::testing {
 
 struct PlainRun {
-  std::vector<double> losses;      // per optimizer step
+  std::vector<double> losses;      // per optimizer step (MoE: lm + router_aux_loss_coef x aux, as HF)
+  std::vector<double> aux_losses;  // MoE: the load-balancing loss of each step's global batch
   std::vector<double> grad_norms;  // before clipping
   // (step, eval loss) where the config evaluates (eval_on_start, every eval_steps with
   // eval_strategy steps, after the last step with do_eval): all eval rows in one forward, the

@@ -57,14 +57,14 @@ std::vector<double> logged(const std::string& output_dir, const char* key) {
 
 std::vector<double> logged_losses(const std::string& output_dir) { return logged(output_dir, "loss"); }
 
-void train_on(int ranks, const std::string& output_dir, const std::vector<std::string>& layout) {
+void train_on(int ranks, const std::string& output_dir, const std::vector<std::string>& layout, int64_t steps = 20) {
   std::vector<std::string> overrides = base_overrides(output_dir);
   overrides.insert(overrides.end(), layout.begin(), layout.end());
   if (!hp::testing::is_rank_process()) fs::remove_all(output_dir);  // a rank process must not touch earlier runs
   hp::testing::run_on_ranks(ranks, [&](hp::testing::RankContext& ctx) {
     std::ostringstream log;
     const auto result = hp::train::run_training(hp::train::load_train_config("", overrides), ctx.world, log);
-    EXPECT_EQ(result.steps, 20);
+    EXPECT_EQ(result.steps, steps);
   });
 }
 
@@ -104,6 +104,48 @@ TEST(Trainer, EveryLayoutMatchesThePlainModelAtTheSameGlobalBatch) {
       {"hsdp2x2", 4, {"per_device_train_batch_size=2", "fsdp_config.dp_shard_size=2"}},
       {"fsdp2_accum2", 2, {"per_device_train_batch_size=2", "gradient_accumulation_steps=2"}}};
   expect_layouts_match_the_plain_model(layouts, /*learns=*/true);
+  for (const auto& [name, ranks, layout] : layouts) fs::remove_all(temp_dir(name));
+}
+
+// Qwen3-MoE through the trainer, moe_aux_loss_scope global: the total loss (lm + coef x aux)
+// and the aux loss of every step against the plain model's one forward per global batch, for
+// data-parallel splits and tensor parallelism; micro_batch scope on one process is HF's own
+// per-forward number, and on 2 ranks it is not the plain model's (why global exists).
+TEST(Trainer, MoeLayoutsMatchThePlainModelWithTheGlobalAuxLoss) {
+  const std::vector<std::string> moe = {"model_name_or_path=qwen3-moe-debug", "max_steps=10", "learning_rate=3.0e-3"};
+  const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
+      {"moe_one_process", 1, {"per_device_train_batch_size=8"}},
+      {"moe_fsdp2", 2, {"per_device_train_batch_size=4"}},
+      {"moe_fsdp4", 4, {"per_device_train_batch_size=2"}},
+      {"moe_tp2", 2, {"per_device_train_batch_size=8", "accelerator.tp_size=2"}},
+      {"moe_fsdp2_micro", 2, {"per_device_train_batch_size=4", "moe_aux_loss_scope=micro_batch"}},
+      {"moe_one_process_micro", 1, {"per_device_train_batch_size=8", "moe_aux_loss_scope=micro_batch"}}};
+  for (const auto& [name, ranks, layout] : layouts) {
+    std::vector<std::string> extra = moe;
+    extra.insert(extra.end(), layout.begin(), layout.end());
+    train_on(ranks, temp_dir(name), extra, 10);
+  }
+  std::vector<std::string> overrides = base_overrides(temp_dir("moe_plain"));
+  overrides.insert(overrides.end(), moe.begin(), moe.end());
+  overrides.push_back("per_device_train_batch_size=8");
+  const hp::testing::PlainRun ref = hp::testing::plain_reference_run(hp::train::load_train_config("", overrides));
+  ASSERT_EQ(ref.aux_losses.size(), 10u);
+  for (const auto& [name, ranks, layout] : layouts) {
+    SCOPED_TRACE(name);
+    const auto losses = logged_losses(temp_dir(name)), aux = logged(temp_dir(name), "aux_loss");
+    ASSERT_EQ(losses.size(), 10u);
+    double worst = 0;
+    for (size_t s = 0; s < losses.size(); ++s) worst = std::max(worst, std::abs(aux[s] - ref.aux_losses[s]) / ref.aux_losses[s]);
+    if (name == "moe_fsdp2_micro") {
+      EXPECT_GT(worst, 1e-4) << "each rank's own aux loss is not the global batch's";
+      continue;
+    }
+    for (size_t s = 0; s < losses.size(); ++s) {
+      EXPECT_NEAR(losses[s], ref.losses[s], 1e-5 * ref.losses[s]) << "step " << s + 1;
+      EXPECT_NEAR(aux[s], ref.aux_losses[s], 1e-5 * ref.aux_losses[s]) << "aux, step " << s + 1;
+    }
+    std::cout << name << ": largest relative aux difference to the plain model " << worst << "\n";
+  }
   for (const auto& [name, ranks, layout] : layouts) fs::remove_all(temp_dir(name));
 }
 
