@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "hyperparallel/data/tool_calls.h"
 #include "hyperparallel/platform/suggest.h"
 #include "hyperparallel/platform/user_error.h"
 
@@ -25,12 +26,18 @@ std::string rstrip(const std::string& s, const char* chars) {
   return last == std::string::npos ? "" : s.substr(0, last + 1);
 }
 
-void check_roles(const std::string& name, const std::vector<ChatMessage>& messages) {
+void check_roles(const std::string& name, const std::vector<ChatMessage>& messages, bool tool_turns) {
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
     if (role == "user" || role == "assistant" || (role == "system" && i == 0)) continue;
+    if (tool_turns && (role == "function" || role == "observation")) continue;
+    if (!tool_turns && (role == "function" || role == "observation")) {
+      throw UserError("chat template " + name + " renders no tool calls (message " + std::to_string(i) + " is " + role +
+                      "): its turns here are Meta's Llama 2 format, not LlamaFactory's; use template default, llama3, qwen, "
+                      "qwen3 or qwen3_nothink");
+    }
     throw UserError("chat template " + name + ": message " + std::to_string(i) + " has role '" + role +
-                    "'; roles are system (first message only), user, assistant");
+                    "'; roles are system (first message only), user, assistant, function, observation");
   }
 }
 
@@ -48,8 +55,32 @@ class ChatWriter {
   RenderedChat chat_;
 };
 
-void render_chatml(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options, ChatWriter& out) {
+// What one render needs beyond the messages.
+struct RenderContext {
+  const ChatRenderOptions& options;
+  std::string tool_format;
+  bool eos_only = false;        // function calls end with the eos token alone (tool_format set)
+  bool system_has_tools = false;  // the first message is the system prompt with the tool text
+  std::string function_text(const ChatMessage& m) const { return format_function_call(tool_format, m.content); }
+};
+
+// LlamaFactory's observation slot of the qwen templates (the assistant header follows with the next turn).
+std::string qwen_observation(const std::string& content) {
+  return "<|im_start|>user\n<tool_response>\n" + content + "\n</tool_response><|im_end|>\n";
+}
+
+void render_chatml(const std::vector<ChatMessage>& messages, const RenderContext& ctx, ChatWriter& out) {
   for (const auto& m : messages) {
+    if (m.role == "observation") {
+      out.prompt(qwen_observation(m.content));
+      continue;
+    }
+    if (m.role == "function") {
+      out.prompt("<|im_start|>assistant\n");
+      out.response(ctx.function_text(m) + "<|im_end|>");
+      if (!ctx.eos_only) out.prompt("\n");
+      continue;
+    }
     out.prompt("<|im_start|>" + m.role + "\n");
     if (m.role == "assistant") {
       out.response(m.content + "<|im_end|>");
@@ -58,15 +89,18 @@ void render_chatml(const std::vector<ChatMessage>& messages, const ChatRenderOpt
     }
     out.prompt("\n");
   }
-  if (options.add_generation_prompt) out.prompt("<|im_start|>assistant\n");
+  if (ctx.options.add_generation_prompt) out.prompt("<|im_start|>assistant\n");
 }
 
-void render_qwen3(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options, ChatWriter& out) {
+void render_qwen3(const std::vector<ChatMessage>& messages, const RenderContext& ctx, ChatWriter& out) {
   if (!messages.empty() && messages[0].role == "system") out.prompt("<|im_start|>system\n" + messages[0].content + "<|im_end|>\n");
-  // The last user message (tool responses do not occur here) bounds the "current" turn.
+  // The last user query bounds the "current" turn; observations, and user messages that are
+  // wrapped tool responses, are not queries (Qwen3's multi_step_tool rule).
   int64_t last_query = static_cast<int64_t>(messages.size()) - 1;
   for (int64_t i = last_query; i >= 0; --i) {
-    if (messages[i].role == "user") {
+    const std::string& c = messages[i].content;
+    const bool wrapped = c.rfind("<tool_response>", 0) == 0 && c.size() >= 16 && c.compare(c.size() - 16, 16, "</tool_response>") == 0;
+    if (messages[i].role == "user" && !wrapped) {
       last_query = i;
       break;
     }
@@ -75,12 +109,15 @@ void render_qwen3(const std::vector<ChatMessage>& messages, const ChatRenderOpti
     const ChatMessage& m = messages[i];
     if (m.role == "user") {
       out.prompt("<|im_start|>user\n" + m.content + "<|im_end|>\n");
-    } else if (m.role == "assistant") {
-      std::string content = m.content, reasoning;
-      const size_t close = m.content.rfind("</think>");
+    } else if (m.role == "observation") {
+      out.prompt(qwen_observation(m.content));
+    } else if (m.role == "assistant" || m.role == "function") {
+      const std::string text = m.role == "function" ? ctx.function_text(m) : m.content;
+      std::string content = text, reasoning;
+      const size_t close = text.rfind("</think>");
       if (close != std::string::npos) {
-        content = lstrip(m.content.substr(close + 8), "\n");
-        std::string before = rstrip(m.content.substr(0, m.content.find("</think>")), "\n");
+        content = lstrip(text.substr(close + 8), "\n");
+        std::string before = rstrip(text.substr(0, text.find("</think>")), "\n");
         const size_t open = before.rfind("<think>");
         reasoning = lstrip(open == std::string::npos ? before : before.substr(open + 7), "\n");
       }
@@ -91,26 +128,33 @@ void render_qwen3(const std::vector<ChatMessage>& messages, const ChatRenderOpti
       } else {
         out.response(content + "<|im_end|>");
       }
-      out.prompt("\n");
+      if (!(m.role == "function" && ctx.eos_only)) out.prompt("\n");
     }
   }
-  if (options.add_generation_prompt) {
+  if (ctx.options.add_generation_prompt) {
     out.prompt("<|im_start|>assistant\n");
-    if (!options.enable_thinking) out.prompt("<think>\n\n</think>\n\n");
+    if (!ctx.options.enable_thinking) out.prompt("<think>\n\n</think>\n\n");
   }
 }
 
-void render_llama3(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options, ChatWriter& out) {
+void render_llama3(const std::vector<ChatMessage>& messages, const RenderContext& ctx, ChatWriter& out) {
   out.prompt("<|begin_of_text|>");
-  for (const auto& m : messages) {
-    out.prompt("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
-    if (m.role == "assistant") {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "observation") {
+      out.prompt("<|start_header_id|>ipython<|end_header_id|>\n\n" + m.content + "<|eot_id|>");
+      continue;
+    }
+    out.prompt("<|start_header_id|>" + std::string(m.role == "function" ? "assistant" : m.role) + "<|end_header_id|>\n\n");
+    if (m.role == "function") {
+      out.response(ctx.function_text(m) + "<|eot_id|>");
+    } else if (m.role == "assistant") {
       out.response(strip(m.content) + "<|eot_id|>");
     } else {
-      out.prompt(strip(m.content) + "<|eot_id|>");
+      out.prompt((i == 0 && ctx.system_has_tools ? m.content : strip(m.content)) + "<|eot_id|>");
     }
   }
-  if (options.add_generation_prompt) out.prompt("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  if (ctx.options.add_generation_prompt) out.prompt("<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 void render_llama2(const std::vector<ChatMessage>& messages, ChatWriter& out) {
@@ -138,14 +182,17 @@ void render_llama2(const std::vector<ChatMessage>& messages, ChatWriter& out) {
   // Llama 2's prompt ends with [/INST]; a generation prompt adds nothing.
 }
 
-// LlamaFactory's "default": the assistant cue is part of the user turn, so a generation
-// prompt adds nothing.
-void render_default(const std::vector<ChatMessage>& messages, const std::string& eos, ChatWriter& out) {
+// LlamaFactory's "default": the assistant cue is part of the user turn (and of an
+// observation, which is written as one), so a generation prompt adds nothing.
+void render_default(const std::vector<ChatMessage>& messages, const std::string& eos, const RenderContext& ctx, ChatWriter& out) {
   for (const auto& m : messages) {
     if (m.role == "system") {
       out.prompt("System: " + m.content + eos + "\n");
-    } else if (m.role == "user") {
+    } else if (m.role == "user" || m.role == "observation") {
       out.prompt("Human: " + m.content + eos + "\nAssistant:");
+    } else if (m.role == "function") {
+      out.response(ctx.function_text(m) + eos);
+      if (!ctx.eos_only) out.prompt("\n");
     } else {
       out.response(m.content + eos);
       out.prompt("\n");
@@ -166,9 +213,12 @@ ChatTemplate ChatTemplate::named(const std::string& name, const std::string& eos
     throw UserError("chat template default ends every turn with the tokenizer's eos token, and this tokenizer has none "
                     "(eos_token in tokenizer_config.json); set it there or pick another template");
   }
-  // LlamaFactory's default system prompts (its template.py): used when a conversation has none.
+  // LlamaFactory's default system prompts and tool formats (its template.py).
   const std::string default_system = name == "qwen" ? "You are Qwen, created by Alibaba Cloud. You are a helpful assistant." : "";
-  return ChatTemplate(name, eos_token, default_system);
+  const std::string tool_format = name == "llama2" ? "" : name == "llama3" ? "llama3" : name == "default" ? "default" : "qwen";
+  ChatTemplate t(name, eos_token, default_system, tool_format);
+  t.tool_date_ = today_tool_date();
+  return t;
 }
 
 ChatTemplate ChatTemplate::with_default_system(std::string system) const {
@@ -177,26 +227,55 @@ ChatTemplate ChatTemplate::with_default_system(std::string system) const {
   return copy;
 }
 
-RenderedChat ChatTemplate::render_with_spans(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options) const {
-  check_roles(name_, messages);
-  if (!default_system_.empty() && (messages.empty() || messages[0].role != "system" || messages[0].content.empty())) {
-    std::vector<ChatMessage> with_system = messages;
-    if (!with_system.empty() && with_system[0].role == "system") with_system.erase(with_system.begin());
-    with_system.insert(with_system.begin(), {"system", default_system_});
-    ChatTemplate plain = with_default_system("");
-    return plain.render_with_spans(with_system, options);
+ChatTemplate ChatTemplate::with_tool_format(const std::string& format) const {
+  check_tool_format(format);
+  if (name_ == "llama2") {
+    throw UserError("tool_format " + format + " with template llama2: llama2 renders no tool calls here (its turns are Meta's "
+                    "Llama 2 format, not LlamaFactory's); use template default, llama3, qwen, qwen3 or qwen3_nothink, or "
+                    "remove tool_format");
   }
+  ChatTemplate copy = *this;
+  copy.tool_format_ = format;
+  copy.tool_format_set_ = true;
+  return copy;
+}
+
+ChatTemplate ChatTemplate::with_tool_date(std::string date) const {
+  ChatTemplate copy = *this;
+  copy.tool_date_ = std::move(date);
+  return copy;
+}
+
+RenderedChat ChatTemplate::render_with_spans(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options) const {
+  check_roles(name_, messages, !tool_format_.empty());
+  if (!options.tools.empty() && tool_format_.empty()) {
+    throw UserError("chat template " + name_ + " renders no tool calls, and this conversation has tools: its turns here are "
+                    "Meta's Llama 2 format, not LlamaFactory's; use template default, llama3, qwen, qwen3 or qwen3_nothink");
+  }
+  RenderContext ctx{options, tool_format_, tool_format_set_, !options.tools.empty()};
+  // LlamaFactory: system = system or default_system, then the tool text after it; tools open a
+  // system block even when both are empty.
+  const bool has_system = !messages.empty() && messages[0].role == "system";
+  const bool add_default = !default_system_.empty() && (!has_system || messages[0].content.empty());
+  std::vector<ChatMessage> adjusted;
+  if (add_default || ctx.system_has_tools) {
+    adjusted = messages;
+    if (!has_system) adjusted.insert(adjusted.begin(), {"system", ""});
+    if (add_default) adjusted[0].content = default_system_;
+    if (ctx.system_has_tools) adjusted[0].content += format_tools(tool_format_, options.tools, tool_date_);
+  }
+  const std::vector<ChatMessage>& m = add_default || ctx.system_has_tools ? adjusted : messages;
   ChatWriter out;
   if (name_ == "qwen3") {
-    render_qwen3(messages, options, out);
+    render_qwen3(m, ctx, out);
   } else if (name_ == "qwen" || name_ == "qwen3_nothink") {
-    render_chatml(messages, options, out);
+    render_chatml(m, ctx, out);
   } else if (name_ == "llama3") {
-    render_llama3(messages, options, out);
+    render_llama3(m, ctx, out);
   } else if (name_ == "llama2") {
-    render_llama2(messages, out);
+    render_llama2(m, out);
   } else {
-    render_default(messages, eos_token_, out);
+    render_default(m, eos_token_, ctx, out);
   }
   return out.take();
 }

@@ -10,7 +10,7 @@
 namespace hyperparallel::data {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;
 
 // Applies the policy to records and counts the accepted ones.
 class RecordGate {

@@ -8,6 +8,9 @@
 //           break itself is not part of the text, and a final break does not start a record;
 //           each line must be UTF-8; `where` is "file:line"
 //
+// Records are nlohmann::ordered_json: object keys keep the file's order, which tool calls
+// written back as JSON (data/tool_calls.h) depend on.
+//
 // `take` turns one record into a sample or throws BadRecord saying what is wrong; the reader
 // then stops with a UserError naming `where` (kStop) or lists it in the report and goes on
 // (kSkip). Reading stops once `take` has accepted max_samples records. The whole file is read
@@ -30,13 +33,13 @@ struct BadRecord {
 
 // record[key] as a string; "" when the key is empty, absent or null, unless `required`
 // (then BadRecord). A value of another type is a BadRecord.
-std::string record_string(const nlohmann::json& record, const std::string& key, bool required);
+std::string record_string(const nlohmann::ordered_json& record, const std::string& key, bool required);
 
 // A sample's text beyond kMaxConversationBytes is a BadRecord (it is tokenized whole before
 // cutoff_len cuts it, and BPE needs tens of bytes per byte of text).
 void check_record_bytes(size_t bytes);
 
-using JsonRecordTaker = std::function<void(const std::string& where, const nlohmann::json& record)>;
+using JsonRecordTaker = std::function<void(const std::string& where, const nlohmann::ordered_json& record)>;
 using TextLineTaker = std::function<void(const std::string& where, std::string line)>;
 
 // Each record of a .json or .jsonl file (by its name's ending: .jsonl, anything else .json).

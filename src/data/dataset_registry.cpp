@@ -122,17 +122,19 @@ ResolvedEntry resolve_entry(const std::string& name, const Json& entry, const fs
   DatasetSchema& s = out.options.schema;
   read_names(entry, "columns",
              {{"prompt", &s.prompt}, {"query", &s.query}, {"response", &s.response}, {"history", &s.history},
-              {"system", &s.system}, {"messages", &s.messages}},
+              {"system", &s.system}, {"messages", &s.messages}, {"tools", &s.tools}},
              where);
   read_names(entry, "tags",
              {{"role_tag", &s.role_tag}, {"content_tag", &s.content_tag}, {"user_tag", &s.user_tag},
-              {"assistant_tag", &s.assistant_tag}, {"system_tag", &s.system_tag}},
+              {"assistant_tag", &s.assistant_tag}, {"system_tag", &s.system_tag}, {"observation_tag", &s.observation_tag},
+              {"function_tag", &s.function_tag}},
              where);
   // Once an entry names any tag, the others take LlamaFactory's defaults.
   if (entry.contains("tags")) {
     const std::vector<std::pair<std::string*, const char*>> defaults = {
-        {&s.messages, "conversations"}, {&s.role_tag, "from"},    {&s.content_tag, "value"},
-        {&s.user_tag, "human"},         {&s.assistant_tag, "gpt"}, {&s.system_tag, "system"}};
+        {&s.messages, "conversations"}, {&s.role_tag, "from"},      {&s.content_tag, "value"},
+        {&s.user_tag, "human"},         {&s.assistant_tag, "gpt"},   {&s.system_tag, "system"},
+        {&s.observation_tag, "observation"}, {&s.function_tag, "function_call"}};
     for (const auto& [field, value] : defaults) {
       if (field->empty()) *field = value;
     }

@@ -7,7 +7,7 @@
 namespace hyperparallel::data {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;
 
 // LlamaFactory's AlpacaDatasetConverter: the user turn is the non-empty ones of prompt and
 // query joined by "\n"; pretraining reads that turn only.
@@ -33,11 +33,13 @@ std::vector<TextSample> load_text_file(const std::string& path, DatasetFormat fo
     throw UserError(path + ": pretraining texts are read from .txt (one text per line), .json or .jsonl files; rename it or "
                     "convert it to one of these");
   }
-  if (format == DatasetFormat::kSharegpt) {
-    // The conversation's own checks (roles, order) apply; its first user turn is the text.
+  if (format != DatasetFormat::kAlpaca) {
+    // The conversation's own checks (roles, order) apply; its first turn after the system
+    // prompt is the text (a user turn, or an observation, which may open a conversation), as
+    // LlamaFactory's pretrain processor reads _prompt[0].
     for (Conversation& c : load_sft_file(path, format, options, report)) {
       for (ChatMessage& m : c.messages) {
-        if (m.role == "user") {
+        if (m.role != "system") {
           out.push_back({std::move(m.content), c.source});
           break;
         }

@@ -56,8 +56,15 @@ std::vector<TrainingRow> build_sft_rows(const Tokenizer& tokenizer, const ChatTe
   if (options.cutoff_len < 2) throw UserError("cutoff_len must be at least 2, got " + std::to_string(options.cutoff_len));
   std::vector<TrainingRow> rows;
   rows.reserve(conversations.size());
+  SampleOptions with_tools = options;
   for (const Conversation& c : conversations) {
-    TrainingRow row = tokenize_conversation(tokenizer, chat_template, c.messages, options);
+    with_tools.render.tools = c.tools;
+    TrainingRow row;
+    try {
+      row = tokenize_conversation(tokenizer, chat_template, c.messages, with_tools);
+    } catch (const UserError& e) {
+      throw UserError(c.source + ": " + e.what());
+    }
     if (static_cast<int64_t>(row.input_ids.size()) > options.cutoff_len) {
       for (auto* v : {&row.input_ids, &row.labels, &row.position_ids}) v->resize(options.cutoff_len);
       if (report) ++report->truncated;

@@ -75,7 +75,6 @@ std::vector<ForeignKey> build_table() {
           "no effect here: datasets are tokenized in memory at the start, padding never takes a loss");
   refused({"streaming"}, "datasets are read whole; remove streaming (max_samples limits how much is read)");
   refused({"tokenized_path"}, "a tokenized cache is not supported; each run tokenizes its data (remove the key)");
-  refused({"tool_format"}, "tool-call data is not supported yet; remove tool_format and the tools column");
   // --- finetuning arguments ----------------------------------------------------------
   ignored({"lora_alpha", "lora_dropout", "lora_rank", "lora_target", "loraplus_lr_ratio", "loraplus_lr_embedding",
            "use_rslora", "use_dora", "pissa_init", "pissa_iter", "pissa_convert", "create_new_adapter", "additional_target",

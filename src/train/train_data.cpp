@@ -21,8 +21,10 @@ std::string tokenizer_dir(const TrainConfig& config) {
 }
 
 data::ChatTemplate chat_template_for(const TrainConfig& config, const data::Tokenizer& tokenizer) {
-  const auto chat_template = data::ChatTemplate::named(config.chat_template, tokenizer.special_tokens().eos);
-  return config.default_system ? chat_template.with_default_system(*config.default_system) : chat_template;
+  auto chat_template = data::ChatTemplate::named(config.chat_template, tokenizer.special_tokens().eos);
+  if (config.default_system) chat_template = chat_template.with_default_system(*config.default_system);
+  if (config.tool_format) chat_template = chat_template.with_tool_format(*config.tool_format);
+  return chat_template;
 }
 
 namespace {
@@ -45,6 +47,9 @@ std::vector<data::TrainingRow> build_rows(const TrainConfig& config, const std::
     pretrain.bos_token = data::pretrain_bos_token(tokenizer);
     return data::build_pretrain_rows(tokenizer, texts, pretrain, &out.sample_report);
   }
+  // The template's tool format checks tool records as they load, so a bad one is named file:line.
+  const data::ChatTemplate chat_template = chat_template_for(config, tokenizer);
+  load.tool_format = chat_template.tool_format();
   const auto conversations = data::load_datasets(datasets, config.dataset_dir, load, &out.load_report);
   count = static_cast<int64_t>(conversations.size());
   data::SampleOptions sample;
@@ -52,7 +57,7 @@ std::vector<data::TrainingRow> build_rows(const TrainConfig& config, const std::
   sample.train_on_prompt = config.train_on_prompt;
   sample.mask_history = config.mask_history;
   sample.render.enable_thinking = config.enable_thinking;
-  auto rows = data::build_sft_rows(tokenizer, chat_template_for(config, tokenizer), conversations, sample, &out.sample_report);
+  auto rows = data::build_sft_rows(tokenizer, chat_template, conversations, sample, &out.sample_report);
   if (config.packing) rows = data::pack_rows(rows, config.cutoff_len);
   return rows;
 }

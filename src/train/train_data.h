@@ -31,7 +31,7 @@ struct TrainData {
 // without one).
 std::string tokenizer_dir(const TrainConfig& config);
 
-// The config's chat template, with default_system applied when the config sets one.
+// The config's chat template, with default_system and tool_format applied when the config sets them.
 data::ChatTemplate chat_template_for(const TrainConfig& config, const data::Tokenizer& tokenizer);
 
 // With do_train false only the tokenizer is loaded.

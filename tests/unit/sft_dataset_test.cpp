@@ -87,7 +87,7 @@ TEST(SftDataset, BadRecordsStopOrAreSkippedAndListed) {
   hp::data::SftLoadReport turn_report;
   EXPECT_TRUE(hp::data::load_sft_file(turns, DatasetFormat::kSharegpt, {std::nullopt, BadRecordPolicy::kSkip, {}}, &turn_report).empty());
   ASSERT_EQ(turn_report.skipped.size(), 3u);
-  EXPECT_NE(turn_report.skipped[0].find("turn 0 is assistant, expected user"), std::string::npos);
+  EXPECT_NE(turn_report.skipped[0].find("turn 0 is assistant, expected user or observation"), std::string::npos);
   EXPECT_NE(turn_report.skipped[1].find("must end with an assistant turn"), std::string::npos);
   EXPECT_NE(turn_report.skipped[2].find("unknown role 'robot'"), std::string::npos);
   EXPECT_THROW(hp::data::parse_dataset_format("oasst"), hp::UserError);
@@ -131,7 +131,7 @@ TEST(SftDataset, DatasetInfoRenamesColumnsAndTagsAndMixesDatasets) {
   EXPECT_NE(error_of("typo").find("unknown field \"colums\" (did you mean 'columns'?)"), std::string::npos);
   EXPECT_NE(error_of("qa,").find("empty name"), std::string::npos);
   write("registry/parts/c.jsonl", R"({"turns": [{"who": "human", "text": "u"}, {"who": "bot", "text": "b"}]})" "\n");
-  EXPECT_NE(error_of("chats").find("c.jsonl:1: unknown role 'human' (the dataset's tags name user 'me', assistant 'bot', system 'system')"), std::string::npos);
+  EXPECT_NE(error_of("chats").find("c.jsonl:1: unknown role 'human' (the dataset's tags name user 'me', assistant 'bot', system 'system', observation 'observation', function 'function_call')"), std::string::npos);
   EXPECT_NE(hp::data::load_datasets("synthetic_reverse", "/nonexistent").size(), 0u);
 }
 

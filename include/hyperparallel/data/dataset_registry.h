@@ -10,8 +10,10 @@
 //                         "user_tag": "human", "assistant_tag": "gpt", "system_tag": "system"}}
 //
 // file_name is relative to dataset_dir (a folder means every .json/.jsonl file in it, in name
-// order); formatting is alpaca (default) or sharegpt; alpaca columns are prompt, query,
-// response, history, system. Entries that need a download (hf_hub_url, ms_hub_url, script_url,
+// order); formatting is alpaca (default), sharegpt or openai; alpaca columns are prompt, query,
+// response, history, system, tools; sharegpt / openai columns messages, system, tools (tools are
+// read only when named, as LlamaFactory reads them) and tags role_tag, content_tag, user_tag, assistant_tag,
+// system_tag, observation_tag, function_tag. Entries that need a download (hf_hub_url, ms_hub_url, script_url,
 // cloud_file_name) or other stages (ranking) are UserErrors, as are unknown names (with a
 // suggestion) and unknown fields. max_samples applies to each dataset.
 //

@@ -2,10 +2,11 @@
 //
 // A conversation is rendered once by its chat template (ChatTemplate::render_with_spans) and
 // encoded once, so the ids are exactly what the model's own template and tokenizer give at
-// inference. Labels are the ids on assistant responses (their end marker included) and -100
-// elsewhere; `train_on_prompt` labels every token, `mask_history` only the last response. A response boundary inside the text maps to
-// a token boundary by encoding the text up to it and taking the common prefix with the full
-// encoding (a BPE merge that straddles the boundary counts as response). The first label of
+// inference. Labels are the ids on assistant responses and function calls (their end marker
+// included) and -100 elsewhere (observations are prompt, as LlamaFactory pairs them);
+// `train_on_prompt` labels every token, `mask_history` only the last response. A response
+// boundary inside the text maps to a token boundary by encoding the text up to it and taking
+// the common prefix with the full encoding (a BPE merge that straddles the boundary counts as response). The first label of
 // every row is -100: nothing predicts a sample's first token, and in a packed row that keeps
 // the previous sample from being trained to predict it, so a packed row's loss is exactly the
 // sum of its samples' losses.
@@ -47,11 +48,12 @@ struct SampleReport {
   std::vector<std::string> dropped;  // "source: why" for samples without label tokens
 };
 
-// One conversation as a row (not truncated).
+// One conversation as a row (not truncated); a tool conversation's tools go in options.render.tools.
 TrainingRow tokenize_conversation(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                   const std::vector<ChatMessage>& messages, const SampleOptions& options);
 
-// All conversations, truncated to cutoff_len; rows without label tokens are left out.
+// All conversations (each with its own tools), truncated to cutoff_len; rows without label
+// tokens are left out. A conversation the template cannot render is a UserError naming its source.
 std::vector<TrainingRow> build_sft_rows(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                         const std::vector<Conversation>& conversations, const SampleOptions& options,
                                         SampleReport* report = nullptr);

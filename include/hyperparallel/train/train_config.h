@@ -74,6 +74,7 @@ struct TrainConfig {
   bool train_on_prompt = false;
   bool mask_history = false;                  // labels on the last assistant turn only
   std::optional<std::string> default_system;  // null: the template's own default system prompt
+  std::optional<std::string> tool_format;     // null: the template's own (data/tool_calls.h)
   bool enable_thinking = true;
   std::string bad_records = "stop";  // stop | skip
   int64_t heldout_eval_samples = 0;
