@@ -10,63 +10,11 @@
 
 #include "hyperparallel/platform/suggest.h"
 #include "hyperparallel/platform/user_error.h"
+#include "config_values.h"
 #include "llamafactory_compat.h"
 
 namespace hyperparallel::train {
 namespace {
-
-// Where a value came from, for messages: "config.yaml" or "the command line".
-struct Value {
-  YAML::Node node;
-  std::string source;
-};
-
-// Counts and steps beyond this are not a training run; a bound keeps products from overflowing.
-constexpr int64_t kMaxCount = int64_t{1} << 40;
-constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;  // a week
-
-[[noreturn]] void bad_value(const std::string& key, const Value& v, const std::string& allowed) {
-  std::string text = v.node.IsScalar() ? excerpt(v.node.Scalar()) : v.node.IsSequence() ? "a list" : "a mapping";
-  throw UserError(v.source + ": " + key + ": " + text + " is not allowed; expected " + allowed);
-}
-
-bool as_bool(const std::string& key, const Value& v) {
-  bool out = false;
-  if (!v.node.IsScalar() || !YAML::convert<bool>::decode(v.node, out)) bad_value(key, v, "true or false");
-  return out;
-}
-
-int64_t as_int(const std::string& key, const Value& v, int64_t min, const std::string& allowed, int64_t max = kMaxCount) {
-  int64_t out = 0;
-  if (!v.node.IsScalar() || !YAML::convert<int64_t>::decode(v.node, out) || out < min) bad_value(key, v, allowed);
-  if (out > max) bad_value(key, v, "an integer <= " + std::to_string(max));
-  return out;
-}
-
-double as_float(const std::string& key, const Value& v, double lo, double hi, bool lo_open, bool hi_open, const std::string& allowed) {
-  double out = 0;
-  if (!v.node.IsScalar() || !YAML::convert<double>::decode(v.node, out) || !std::isfinite(out) || out < lo || out > hi ||
-      (lo_open && out == lo) || (hi_open && out == hi)) {
-    bad_value(key, v, allowed);
-  }
-  return out;
-}
-
-std::string as_string(const std::string& key, const Value& v) {
-  if (!v.node.IsScalar()) bad_value(key, v, "a string");
-  return v.node.Scalar();
-}
-
-std::string as_choice(const std::string& key, const Value& v, const std::vector<std::string>& choices) {
-  std::string allowed;
-  for (const auto& c : choices) allowed += (allowed.empty() ? "" : " | ") + c;
-  if (!v.node.IsScalar()) bad_value(key, v, allowed);
-  const std::string s = v.node.Scalar();
-  for (const auto& c : choices) {
-    if (s == c) return s;
-  }
-  bad_value(key, v, allowed + did_you_mean(s, choices));
-}
 
 using Setter = std::function<void(TrainConfig&, const std::string& key, const Value&)>;
 
@@ -158,19 +106,6 @@ void set_plan_overrides(TrainConfig& c, const std::string& k, const Value& v) {
     }
     c.plan_overrides.push_back(o);
   }
-}
-
-// A mapping in YAML, or (as HF's command line passes it) a JSON string of one.
-YAML::Node as_mapping(const std::string& key, const Value& v) {
-  if (v.node.IsMap()) return v.node;
-  if (v.node.IsScalar()) {
-    try {
-      YAML::Node parsed = YAML::Load(v.node.Scalar());
-      if (parsed.IsMap()) return parsed;
-    } catch (const YAML::Exception&) {
-    }
-  }
-  bad_value(key, v, "a mapping (or a JSON object string)");
 }
 
 void set_lr_scheduler_kwargs(TrainConfig& c, const std::string& k, const Value& v) {
