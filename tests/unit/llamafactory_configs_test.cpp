@@ -20,6 +20,7 @@
 #include "hyperparallel/train/train_config.h"
 #include "support/hf_folder.h"
 #include "support/subprocess.h"
+#include "support/test_files.h"
 #include "train/llamafactory_compat.h"
 #include "train/tensorboard_writer.h"
 
@@ -27,13 +28,6 @@ namespace hp = hyperparallel;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string temp_path(const std::string& name) { return ::testing::TempDir() + "hp_lf_" + name; }
 
@@ -47,7 +41,7 @@ const std::string kFixtures = HP_SOURCE_DIR "/tests/fixtures/llamafactory/";
 
 // An upstream YAML with the three lines a user changes replaced; everything else verbatim.
 std::string upstream_with_paths(const std::string& file, const std::string& model, const std::string& output_dir) {
-  std::string text = read_file(kFixtures + file);
+  std::string text = hp::testing::read_text_file(kFixtures + file);
   EXPECT_FALSE(text.empty()) << file;
   text = std::regex_replace(text, std::regex("(^|\n)model_name_or_path: [^\n]*"), "$1model_name_or_path: " + model);
   text = std::regex_replace(text, std::regex("(^|\n)output_dir: [^\n]*"), "$1output_dir: " + output_dir);
@@ -207,7 +201,7 @@ TEST(LlamaFactoryConfigs, EveryProblemOfAFileIsReportedInOneRun) {
 }
 
 TEST(LlamaFactoryConfigs, EveryForeignKeyIsDocumentedAndNoneShadowsOurs) {
-  const std::string docs = read_file(HP_SOURCE_DIR "/docs/config.md");
+  const std::string docs = hp::testing::read_text_file(HP_SOURCE_DIR "/docs/config.md");
   std::set<std::string> seen;
   for (const auto& k : hp::train::compat::foreign_keys()) {
     EXPECT_NE(docs.find("`" + k.key + "`"), std::string::npos) << k.key;

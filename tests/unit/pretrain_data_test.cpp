@@ -20,6 +20,7 @@
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/train/train_config.h"
 #include "support/subprocess.h"
+#include "support/test_files.h"
 
 namespace hp = hyperparallel;
 namespace fs = std::filesystem;
@@ -42,21 +43,6 @@ std::string temp_dir(const std::string& name) {
   return dir;
 }
 
-std::string write(const std::string& path, const std::string& text) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-  return path;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const hp::UserError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 std::vector<std::string> texts_of(const std::vector<TextSample>& samples) {
   std::vector<std::string> out;
   for (const auto& s : samples) out.push_back(s.text);
@@ -74,21 +60,21 @@ std::vector<int64_t> concat(std::vector<int64_t> a, const std::vector<int64_t>& 
 // final break starts nothing. Bad lines stop or are skipped with file:line; max_samples.
 TEST(PretrainData, TxtLinesAreTextsAsTheHfTextLoaderReadsThem) {
   const std::string dir = temp_dir("txt");
-  const std::string path = write(dir + "/wiki.txt", "first line\nsecond\r\nthird\rfourth\n\n  sixth  \nlast, no break");
+  const std::string path = hp::testing::write_text_file(dir + "/wiki.txt", "first line\nsecond\r\nthird\rfourth\n\n  sixth  \nlast, no break");
   const auto texts = hp::data::load_text_file(path, DatasetFormat::kAlpaca);
   EXPECT_EQ(texts_of(texts), (std::vector<std::string>{"first line", "second", "third", "fourth", "", "  sixth  ", "last, no break"}));
   EXPECT_EQ(texts[0].source, path + ":1");
   EXPECT_EQ(texts[6].source, path + ":7");
-  EXPECT_EQ(hp::data::load_text_file(write(dir + "/two.txt", "a\nb\n"), DatasetFormat::kAlpaca).size(), 2u);  // no third
-  EXPECT_TRUE(hp::data::load_text_file(write(dir + "/empty.txt", ""), DatasetFormat::kAlpaca).empty());
+  EXPECT_EQ(hp::data::load_text_file(hp::testing::write_text_file(dir + "/two.txt", "a\nb\n"), DatasetFormat::kAlpaca).size(), 2u);  // no third
+  EXPECT_TRUE(hp::data::load_text_file(hp::testing::write_text_file(dir + "/empty.txt", ""), DatasetFormat::kAlpaca).empty());
 
   hp::data::SftLoadOptions first3;
   first3.max_samples = 3;
   EXPECT_EQ(texts_of(hp::data::load_text_file(path, DatasetFormat::kAlpaca, first3)),
             (std::vector<std::string>{"first line", "second", "third"}));
 
-  const std::string bad = write(dir + "/bad.txt", "good\nbad \xff byte\nalso good\n");
-  EXPECT_NE(error_of([&] { hp::data::load_text_file(bad, DatasetFormat::kAlpaca); })
+  const std::string bad = hp::testing::write_text_file(dir + "/bad.txt", "good\nbad \xff byte\nalso good\n");
+  EXPECT_NE(hp::testing::user_error_of([&] { hp::data::load_text_file(bad, DatasetFormat::kAlpaca); })
                 .find(bad + ":2: not valid UTF-8 (at byte 5 of the line) (set the bad-record policy to skip"),
             std::string::npos);
   hp::data::SftLoadOptions skip;
@@ -106,7 +92,7 @@ TEST(PretrainData, TxtLinesAreTextsAsTheHfTextLoaderReadsThem) {
 // folder of .txt and .jsonl files; bad records; max_samples per dataset; the errors.
 TEST(PretrainData, DatasetInfoEntriesGiveTextsAsLlamaFactoryReadsThem) {
   const std::string dir = temp_dir("registry");
-  write(dir + "/dataset_info.json", R"({
+  hp::testing::write_text_file(dir + "/dataset_info.json", R"({
     "c4_demo": {"file_name": "c4.jsonl", "columns": {"prompt": "text"}},
     "renamed": {"file_name": "renamed.json", "columns": {"prompt": "content"}},
     "with_query": {"file_name": "renamed.json", "columns": {"prompt": "content", "query": "extra"}},
@@ -119,18 +105,18 @@ TEST(PretrainData, DatasetInfoEntriesGiveTextsAsLlamaFactoryReadsThem) {
     "csv": {"file_name": "table.csv"},
     "bad": {"file_name": "bad.jsonl", "columns": {"prompt": "text"}}
   })");
-  write(dir + "/c4.jsonl", R"({"text": "Doc one.", "input": "not read", "meta": 1})" "\n" R"({"text": "Doc two.\nWith a newline."})" "\n");
-  write(dir + "/renamed.json", R"([{"content": "c1", "extra": "e1"}, {"content": "", "extra": "e2"}, {"content": "c3"}])");
-  write(dir + "/alpaca.json", R"([{"instruction": "Say hi", "input": "to Bob", "output": "Hi Bob", "system": "s"},
+  hp::testing::write_text_file(dir + "/c4.jsonl", R"({"text": "Doc one.", "input": "not read", "meta": 1})" "\n" R"({"text": "Doc two.\nWith a newline."})" "\n");
+  hp::testing::write_text_file(dir + "/renamed.json", R"([{"content": "c1", "extra": "e1"}, {"content": "", "extra": "e2"}, {"content": "c3"}])");
+  hp::testing::write_text_file(dir + "/alpaca.json", R"([{"instruction": "Say hi", "input": "to Bob", "output": "Hi Bob", "system": "s"},
                                   {"instruction": "Count", "output": "1 2 3"}])");
-  write(dir + "/chats.jsonl",
+  hp::testing::write_text_file(dir + "/chats.jsonl",
         R"({"conversations": [{"from": "system", "value": "sys"}, {"from": "human", "value": "question"}, {"from": "gpt", "value": "answer"}]})" "\n");
-  write(dir + "/wiki.txt", "Line A\nLine B\n");
-  write(dir + "/parts/b.txt", "from b.txt\n");
-  write(dir + "/parts/a.jsonl", R"({"text": "from a.jsonl"})" "\n");
-  write(dir + "/parts/notes.md", "not a dataset file\n");
-  write(dir + "/table.csv", "text\nx\n");
-  write(dir + "/bad.jsonl", R"({"text": "ok"})" "\n" R"({"txt": "typo"})" "\n" "{oops\n" R"({"text": 5})" "\n" R"({"text": "ok2"})" "\n");
+  hp::testing::write_text_file(dir + "/wiki.txt", "Line A\nLine B\n");
+  hp::testing::write_text_file(dir + "/parts/b.txt", "from b.txt\n");
+  hp::testing::write_text_file(dir + "/parts/a.jsonl", R"({"text": "from a.jsonl"})" "\n");
+  hp::testing::write_text_file(dir + "/parts/notes.md", "not a dataset file\n");
+  hp::testing::write_text_file(dir + "/table.csv", "text\nx\n");
+  hp::testing::write_text_file(dir + "/bad.jsonl", R"({"text": "ok"})" "\n" R"({"txt": "typo"})" "\n" "{oops\n" R"({"text": 5})" "\n" R"({"text": "ok2"})" "\n");
 
   const auto load = [&](const std::string& names, const hp::data::SftLoadOptions& o = {}, hp::data::SftLoadReport* r = nullptr) {
     return texts_of(hp::data::load_text_datasets(names, dir, o, r));
@@ -150,7 +136,7 @@ TEST(PretrainData, DatasetInfoEntriesGiveTextsAsLlamaFactoryReadsThem) {
   one.max_samples = 1;
   EXPECT_EQ(load("wiki_demo,c4_demo,folder", one), (std::vector<std::string>{"Line A", "Doc one.", "from a.jsonl"}));
 
-  EXPECT_NE(error_of([&] { load("bad"); }).find(dir + "/bad.jsonl:2: missing \"text\""), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([&] { load("bad"); }).find(dir + "/bad.jsonl:2: missing \"text\""), std::string::npos);
   hp::data::SftLoadOptions skip;
   skip.on_bad_record = BadRecordPolicy::kSkip;
   hp::data::SftLoadReport report;
@@ -160,17 +146,17 @@ TEST(PretrainData, DatasetInfoEntriesGiveTextsAsLlamaFactoryReadsThem) {
   EXPECT_NE(report.skipped[1].find(dir + "/bad.jsonl:3: not valid JSON"), std::string::npos) << report.skipped[1];
   EXPECT_EQ(report.skipped[2], dir + "/bad.jsonl:4: \"text\" must be a string");
 
-  EXPECT_NE(error_of([&] { load("txt_renamed"); })
+  EXPECT_NE(hp::testing::user_error_of([&] { load("txt_renamed"); })
                 .find("wiki.txt is plain text, whose one column is \"text\", but \"columns\" names \"content\" as the prompt; "
                       "set \"columns\": {\"prompt\": \"text\"}"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { load("csv"); }).find("table.csv: pretraining texts are read from .txt"), std::string::npos);
-  EXPECT_NE(error_of([&] { load("synthetic_reverse"); })
+  EXPECT_NE(hp::testing::user_error_of([&] { load("csv"); }).find("table.csv: pretraining texts are read from .txt"), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([&] { load("synthetic_reverse"); })
                 .find("dataset 'synthetic_reverse' is a built-in chat dataset, and stage pt trains on plain text"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { load("c4demo"); }).find("did you mean 'c4_demo'?"), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([&] { load("c4demo"); }).find("did you mean 'c4_demo'?"), std::string::npos);
   // SFT does not read plain text.
-  EXPECT_NE(error_of([&] { hp::data::load_datasets("wiki_demo", dir); }).find("wiki.txt is a plain-text file (one text per line), which trains with stage: pt"),
+  EXPECT_NE(hp::testing::user_error_of([&] { hp::data::load_datasets("wiki_demo", dir); }).find("wiki.txt is a plain-text file (one text per line), which trains with stage: pt"),
             std::string::npos);
 }
 
@@ -185,11 +171,11 @@ TEST(PretrainData, EosAndBosTokensFollowLlamaFactory) {
   EXPECT_EQ(hp::data::pretrain_eos_token(llama3, ""), "<|end_of_text|>");
   EXPECT_EQ(hp::data::pretrain_eos_token(llama3, "llama3"), "<|end_of_text|>");  // not the template's <|eot_id|>
   EXPECT_EQ(hp::data::pretrain_eos_token(mistral, "llama2"), "</s>");
-  EXPECT_NE(error_of([&] { hp::data::pretrain_eos_token(qwen3, "llama3"); })
+  EXPECT_NE(hp::testing::user_error_of([&] { hp::data::pretrain_eos_token(qwen3, "llama3"); })
                 .find("stage pt ends every text with <|end_of_text|> (template llama3 ends pretraining texts with it, as "
                       "LlamaFactory does), but the tokenizer has no such token; use the model's own template"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { hp::data::pretrain_eos_token(mistral, "qwen"); }).find("with <|im_end|>"), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([&] { hp::data::pretrain_eos_token(mistral, "qwen"); }).find("with <|im_end|>"), std::string::npos);
   EXPECT_TRUE(mistral.special_tokens().add_bos_token);
   EXPECT_FALSE(qwen3.special_tokens().add_bos_token);
   EXPECT_FALSE(llama3.special_tokens().add_bos_token);  // PreTrainedTokenizerFast: its post-processor adds bos, not the attribute
@@ -251,7 +237,7 @@ TEST(PretrainData, PackedBlocksAreTheConcatenatedTextsCutExactly) {
     }
   }
   options.cutoff_len = static_cast<int64_t>(stream.size()) + 1;
-  EXPECT_NE(error_of([&] { hp::data::build_pretrain_rows(tokenizer, texts, options); })
+  EXPECT_NE(hp::testing::user_error_of([&] { hp::data::build_pretrain_rows(tokenizer, texts, options); })
                 .find("stage pt with packing: the 4 texts give " + std::to_string(stream.size()) + " tokens, fewer than one block of cutoff_len"),
             std::string::npos);
 }
@@ -346,7 +332,7 @@ TEST(PretrainData, ConfigRulesFollowLlamaFactory) {
   const std::string dir = temp_dir("config");
   const auto load = [&](const std::string& extra) {
     return hp::train::load_train_config(
-        write(dir + "/c.yaml", "model_name_or_path: qwen3-debug\nstage: pt\ndataset: c4_demo\noutput_dir: " + dir + "/out\n" + extra));
+        hp::testing::write_text_file(dir + "/c.yaml", "model_name_or_path: qwen3-debug\nstage: pt\ndataset: c4_demo\noutput_dir: " + dir + "/out\n" + extra));
   };
   const auto plain = load("");
   EXPECT_EQ(plain.stage, "pt");
@@ -355,18 +341,18 @@ TEST(PretrainData, ConfigRulesFollowLlamaFactory) {
   EXPECT_FALSE(load("packing: false\n").packing);
   EXPECT_TRUE(load("neat_packing: false\n").packing);
   EXPECT_EQ(load("template: qwen3\n").chat_template, "qwen3");
-  EXPECT_NE(error_of([&] { load("train_on_prompt: true\n"); })
+  EXPECT_NE(hp::testing::user_error_of([&] { load("train_on_prompt: true\n"); })
                 .find("train_on_prompt: true applies to stage sft only; stage pt takes the loss on every token"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { load("mask_history: true\n"); }).find("mask_history: true applies to stage sft only"), std::string::npos);
-  EXPECT_NE(error_of([&] { load("neat_packing: true\n"); }).find("c.yaml: neat_packing: true applies to stage sft only"), std::string::npos);
-  EXPECT_NE(error_of([&] { load("heldout_eval_samples: 4\n"); }).find("heldout_eval_samples answers chat prompts"), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([&] { load("mask_history: true\n"); }).find("mask_history: true applies to stage sft only"), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([&] { load("neat_packing: true\n"); }).find("c.yaml: neat_packing: true applies to stage sft only"), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([&] { load("heldout_eval_samples: 4\n"); }).find("heldout_eval_samples answers chat prompts"), std::string::npos);
   // SFT is unchanged: a template is required and packing stays off unless set.
   const auto sft = hp::train::load_train_config(
-      write(dir + "/s.yaml", "model_name_or_path: qwen3-debug\ndataset: x\ntemplate: qwen3\noutput_dir: " + dir + "/out\n"));
+      hp::testing::write_text_file(dir + "/s.yaml", "model_name_or_path: qwen3-debug\ndataset: x\ntemplate: qwen3\noutput_dir: " + dir + "/out\n"));
   EXPECT_FALSE(sft.packing);
-  EXPECT_NE(error_of([&] {
-              hp::train::load_train_config(write(dir + "/n.yaml", "model_name_or_path: qwen3-debug\ndataset: x\noutput_dir: o\n"));
+  EXPECT_NE(hp::testing::user_error_of([&] {
+              hp::train::load_train_config(hp::testing::write_text_file(dir + "/n.yaml", "model_name_or_path: qwen3-debug\ndataset: x\noutput_dir: o\n"));
             }).find("template is required for stage sft"),
             std::string::npos);
 }
@@ -375,7 +361,7 @@ TEST(PretrainData, ConfigRulesFollowLlamaFactory) {
 // as a full fine-tuning run (its LoRA keys dropped), the tiny model and tokenizer, 3 steps.
 TEST(PretrainData, CommandLineTrainsOnPlainTextAndRefusesABadPtConfig) {
   const std::string dir = temp_dir("cli");
-  write(dir + "/data/dataset_info.json", R"({
+  hp::testing::write_text_file(dir + "/data/dataset_info.json", R"({
     "wiki_demo": {"file_name": "wiki_demo.txt", "columns": {"prompt": "text"}},
     "c4_demo": {"file_name": "c4_demo.jsonl", "columns": {"prompt": "text"}}
   })");
@@ -385,10 +371,10 @@ TEST(PretrainData, CommandLineTrainsOnPlainTextAndRefusesABadPtConfig) {
     if (i % 7 == 0) wiki += "\n";
     c4 += nlohmann::json({{"text", "What is " + std::to_string(i) + " + 37? It is " + std::to_string(i + 37) + ".\nA second line."}}).dump() + "\n";
   }
-  write(dir + "/data/wiki_demo.txt", wiki);
-  write(dir + "/data/c4_demo.jsonl", c4);
+  hp::testing::write_text_file(dir + "/data/wiki_demo.txt", wiki);
+  hp::testing::write_text_file(dir + "/data/c4_demo.jsonl", c4);
   const std::string out = dir + "/out";
-  const std::string yaml = write(dir + "/qwen3_full_pretrain.yaml",
+  const std::string yaml = hp::testing::write_text_file(dir + "/qwen3_full_pretrain.yaml",
                                  "### model\n"
                                  "model_name_or_path: qwen3-debug\n"
                                  "tokenizer: " HP_SOURCE_DIR "/examples/tokenizer\n"

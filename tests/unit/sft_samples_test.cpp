@@ -5,6 +5,7 @@
 #include "hyperparallel/data/sft_samples.h"
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/platform/user_error.h"
+#include "support/test_files.h"
 
 namespace hp = hyperparallel;
 using hp::data::ChatMessage;
@@ -20,22 +21,6 @@ const std::string kFixtures = HP_SOURCE_DIR "/tests/fixtures/tokenizer";
 const std::vector<ChatMessage> kConversation = {
     {"system", "You are helpful."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}, {"assistant", "4"}};
 
-// The decoded runs of labelled tokens.
-std::vector<std::string> labelled_runs(const Tokenizer& tokenizer, const TrainingRow& row) {
-  std::vector<std::string> runs;
-  std::vector<int64_t> run;
-  for (size_t i = 0; i <= row.labels.size(); ++i) {
-    if (i < row.labels.size() && row.labels[i] != kIgnoreLabel) {
-      EXPECT_EQ(row.labels[i], row.input_ids[i]);
-      run.push_back(row.labels[i]);
-    } else if (!run.empty()) {
-      runs.push_back(tokenizer.decode(run));
-      run.clear();
-    }
-  }
-  return runs;
-}
-
 }  // namespace
 
 TEST(SftSamples, LabelsCoverExactlyTheResponsesAsTheTemplateRendersThem) {
@@ -44,17 +29,17 @@ TEST(SftSamples, LabelsCoverExactlyTheResponsesAsTheTemplateRendersThem) {
   const TrainingRow row = hp::data::tokenize_conversation(tokenizer, qwen3, kConversation, {});
   EXPECT_EQ(row.input_ids, tokenizer.encode(qwen3.render(kConversation)));
   // The historical turn has no think block; the last one has the empty one, as rendered.
-  EXPECT_EQ(labelled_runs(tokenizer, row), (std::vector<std::string>{"Hello!<|im_end|>", "<think>\n\n</think>\n\n4<|im_end|>"}));
+  EXPECT_EQ(hp::testing::labelled_runs(tokenizer, row), (std::vector<std::string>{"Hello!<|im_end|>", "<think>\n\n</think>\n\n4<|im_end|>"}));
   for (size_t i = 0; i < row.position_ids.size(); ++i) EXPECT_EQ(row.position_ids[i], static_cast<int64_t>(i));
 
   const auto llama_tokenizer = Tokenizer::from_file(kFixtures + "/llama3");
   const TrainingRow llama = hp::data::tokenize_conversation(llama_tokenizer, ChatTemplate::named("llama3"), kConversation, {});
-  EXPECT_EQ(labelled_runs(llama_tokenizer, llama), (std::vector<std::string>{"Hello!<|eot_id|>", "4<|eot_id|>"}));
+  EXPECT_EQ(hp::testing::labelled_runs(llama_tokenizer, llama), (std::vector<std::string>{"Hello!<|eot_id|>", "4<|eot_id|>"}));
 
   const auto eos = tokenizer.special_tokens().eos;
   EXPECT_EQ(eos, "<|im_end|>");
   const TrainingRow plain = hp::data::tokenize_conversation(tokenizer, ChatTemplate::named("default", eos), kConversation, {});
-  EXPECT_EQ(labelled_runs(tokenizer, plain), (std::vector<std::string>{"Hello!<|im_end|>", "4<|im_end|>"}));
+  EXPECT_EQ(hp::testing::labelled_runs(tokenizer, plain), (std::vector<std::string>{"Hello!<|im_end|>", "4<|im_end|>"}));
 }
 
 TEST(SftSamples, SentencePieceBoundariesFollowTheFullEncoding) {
@@ -64,7 +49,7 @@ TEST(SftSamples, SentencePieceBoundariesFollowTheFullEncoding) {
   const auto llama2 = ChatTemplate::named("llama2");
   const TrainingRow row = hp::data::tokenize_conversation(tokenizer, llama2, kConversation, {});
   EXPECT_EQ(row.input_ids, tokenizer.encode(llama2.render(kConversation)));
-  const auto runs = labelled_runs(tokenizer, row);
+  const auto runs = hp::testing::labelled_runs(tokenizer, row);
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_NE(runs[0].find("Hello! </s>"), std::string::npos) << runs[0];
   EXPECT_EQ(runs[0].find("INST"), std::string::npos) << runs[0];

@@ -25,6 +25,7 @@
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/train/train_config.h"
 #include "support/subprocess.h"
+#include "support/test_files.h"
 #include "train/train_data.h"
 
 namespace hp = hyperparallel;
@@ -81,36 +82,6 @@ const std::string kQwenTurns =
     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Bonn\"}}\n</tool_call><|im_end|>\n"
     "<|im_start|>user\n<tool_response>\n18\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
     "Paris 21.5, Köln 18.<|im_end|>\n";
-
-std::string write(const std::string& path, const std::string& text) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-  return path;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const hp::UserError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-// The decoded runs of labelled tokens: what a row trains on.
-std::vector<std::string> trained_text(const hp::data::Tokenizer& tokenizer, const hp::data::TrainingRow& row) {
-  std::vector<std::string> runs;
-  std::vector<int64_t> run;
-  for (size_t i = 0; i <= row.labels.size(); ++i) {
-    if (i < row.labels.size() && row.labels[i] != hp::data::kIgnoreLabel) {
-      run.push_back(row.labels[i]);
-    } else if (!run.empty()) {
-      runs.push_back(tokenizer.decode(run));
-      run.clear();
-    }
-  }
-  return runs;
-}
 
 }  // namespace
 
@@ -211,11 +182,11 @@ TEST(ToolCalls, ToolFormatKeyReplacesTheFormatAndEndsCallsWithEos) {
   EXPECT_EQ(plain.with_tool_format("default").render(chat, with_tools(tools)),
             "System: " + tool_text + "</s>\n" + turns_before_call + turns_after_call);
   // Names LlamaFactory has but this library does not implement, unknown names, and llama2.
-  EXPECT_NE(error_of([&] { nothink.with_tool_format("mistral"); }).find("tool_format mistral is LlamaFactory's but not implemented here; implemented: default, llama3, qwen"), std::string::npos);
-  EXPECT_NE(error_of([&] { nothink.with_tool_format("qwenn"); }).find("did you mean 'qwen'?"), std::string::npos);
-  EXPECT_NE(error_of([&] { ChatTemplate::named("llama2").with_tool_format("qwen"); }).find("llama2 renders no tool calls"), std::string::npos);
-  EXPECT_NE(error_of([&] { ChatTemplate::named("llama2").render(chat); }).find("renders no tool calls"), std::string::npos);
-  EXPECT_NE(error_of([&] { ChatTemplate::named("llama2").render({{"user", "a"}, {"assistant", "b"}}, with_tools()); }).find("has tools"), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([&] { nothink.with_tool_format("mistral"); }).find("tool_format mistral is LlamaFactory's but not implemented here; implemented: default, llama3, qwen"), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([&] { nothink.with_tool_format("qwenn"); }).find("did you mean 'qwen'?"), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([&] { ChatTemplate::named("llama2").with_tool_format("qwen"); }).find("llama2 renders no tool calls"), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([&] { ChatTemplate::named("llama2").render(chat); }).find("renders no tool calls"), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([&] { ChatTemplate::named("llama2").render({{"user", "a"}, {"assistant", "b"}}, with_tools()); }).find("has tools"), std::string::npos);
 }
 
 TEST(ToolCalls, JsonIsWrittenAsPythonsJsonDumps) {
@@ -240,13 +211,13 @@ TEST(ToolCalls, JsonIsWrittenAsPythonsJsonDumps) {
   EXPECT_EQ(hp::data::format_function_call("llama3", "Checking.\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"),
             "Checking.\n{\"name\": \"f\", \"parameters\": {}}");
   // What Python would keep and a double cannot, and what Python would crash on, are refused.
-  EXPECT_NE(error_of([] { hp::data::check_function_call(R"({"name": "f", "arguments": {"n": 123456789012345678901234567890}})"); })
+  EXPECT_NE(hp::testing::user_error_of([] { hp::data::check_function_call(R"({"name": "f", "arguments": {"n": 123456789012345678901234567890}})"); })
                 .find("does not fit 64 bits"),
             std::string::npos);
-  EXPECT_NE(error_of([] { hp::data::check_function_call(R"({"name": "f", "arguments": NaN})"); }).find("not valid JSON"), std::string::npos);
-  EXPECT_NE(error_of([] { hp::data::check_function_call(R"({"name": "f"})"); }).find("without \"arguments\""), std::string::npos);
-  EXPECT_NE(error_of([] { hp::data::check_tools(R"({"name": "f"})"); }).find("tools is an object; it must be a JSON list"), std::string::npos);
-  EXPECT_NE(error_of([] { hp::data::format_tools("default", R"([{"name": "f", "parameters": {}}])", ""); }).find("needs \"parameters\": {\"properties\""),
+  EXPECT_NE(hp::testing::user_error_of([] { hp::data::check_function_call(R"({"name": "f", "arguments": NaN})"); }).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([] { hp::data::check_function_call(R"({"name": "f"})"); }).find("without \"arguments\""), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([] { hp::data::check_tools(R"({"name": "f"})"); }).find("tools is an object; it must be a JSON list"), std::string::npos);
+  EXPECT_NE(hp::testing::user_error_of([] { hp::data::format_tools("default", R"([{"name": "f", "parameters": {}}])", ""); }).find("needs \"parameters\": {\"properties\""),
             std::string::npos);
 }
 
@@ -256,13 +227,13 @@ TEST(ToolCalls, FunctionCallsAreTrainedAndObservationsAreNot) {
   const auto qwen = hp::data::Tokenizer::from_file(kTokenizers + "/qwen3");
   const auto row = hp::data::tokenize_conversation(qwen, ChatTemplate::named("qwen3_nothink"), kToolChat, {2048, false, false, with_tools()});
   EXPECT_EQ(row.input_ids, qwen.encode("<|im_start|>system\n" + kQwenToolText + "<|im_end|>\n" + kQwenTurns));
-  EXPECT_EQ(trained_text(qwen, row),
+  EXPECT_EQ(hp::testing::labelled_runs(qwen, row),
             (std::vector<std::string>{"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>",
                                       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Köln\"}}\n</tool_call>\n"
                                       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Bonn\"}}\n</tool_call><|im_end|>",
                                       "Paris 21.5, Köln 18.<|im_end|>"}));
   // mask_history: the last response only; train_on_prompt: everything but the first token.
-  EXPECT_EQ(trained_text(qwen, hp::data::tokenize_conversation(qwen, ChatTemplate::named("qwen3_nothink"), kToolChat,
+  EXPECT_EQ(hp::testing::labelled_runs(qwen, hp::data::tokenize_conversation(qwen, ChatTemplate::named("qwen3_nothink"), kToolChat,
                                                                {2048, false, true, with_tools()})),
             std::vector<std::string>{"Paris 21.5, Köln 18.<|im_end|>"});
   const auto all = hp::data::tokenize_conversation(qwen, ChatTemplate::named("qwen3_nothink"), kToolChat, {2048, true, false, with_tools()});
@@ -271,7 +242,7 @@ TEST(ToolCalls, FunctionCallsAreTrainedAndObservationsAreNot) {
   const auto llama = hp::data::Tokenizer::from_file(kTokenizers + "/llama3");
   const auto llama_row = hp::data::tokenize_conversation(llama, ChatTemplate::named("llama3").with_tool_date("26 Jul 2024"), kToolChat,
                                                          {2048, false, false, with_tools()});
-  EXPECT_EQ(trained_text(llama, llama_row),
+  EXPECT_EQ(hp::testing::labelled_runs(llama, llama_row),
             (std::vector<std::string>{"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>",
                                       "[{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Köln\"}}, "
                                       "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Bonn\"}}]<|eot_id|>",
@@ -306,13 +277,13 @@ TEST(ToolCalls, LlamaFactorysGlaiveDemoLoadsThroughTheRegistry) {
   // A dataset written here in the same format, with LlamaFactory's tags renaming the roles.
   const std::string dir = ::testing::TempDir() + "hp_tools_registry";
   fs::remove_all(dir);
-  write(dir + "/dataset_info.json", R"({"calls": {"file_name": "calls.jsonl", "formatting": "sharegpt",
+  hp::testing::write_text_file(dir + "/dataset_info.json", R"({"calls": {"file_name": "calls.jsonl", "formatting": "sharegpt",
       "columns": {"messages": "turns", "tools": "functions", "system": "sys"},
       "tags": {"role_tag": "who", "content_tag": "text", "user_tag": "me", "assistant_tag": "bot",
                "function_tag": "call", "observation_tag": "result"}},
       "qa": {"file_name": "qa.jsonl", "columns": {"prompt": "q", "response": "a", "tools": "tools"}}})");
-  write(dir + "/qa.jsonl", R"({"q": "Add 2 and 3", "a": "5", "tools": "[{\"name\": \"add\"}]"})" "\n");
-  write(dir + "/calls.jsonl",
+  hp::testing::write_text_file(dir + "/qa.jsonl", R"({"q": "Add 2 and 3", "a": "5", "tools": "[{\"name\": \"add\"}]"})" "\n");
+  hp::testing::write_text_file(dir + "/calls.jsonl",
         R"({"turns": [{"who": "me", "text": "2+3?"}, {"who": "call", "text": "{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}"},)"
         R"( {"who": "result", "text": "5"}, {"who": "bot", "text": "5"}], "sys": "S", "functions": [{"name": "add", "parameters": {}}]})" "\n"
         R"({"turns": [{"who": "me", "text": "hi"}, {"who": "bot", "text": "hello"}], "tools": "ignored: not the named column"})" "\n");
@@ -333,11 +304,11 @@ TEST(ToolCalls, OpenAiMessagesFollowLlamaFactorysConverter) {
   // system prompt rule of that converter ("detailed thinking off" without tools).
   const std::string dir = ::testing::TempDir() + "hp_tools_openai";
   fs::remove_all(dir);
-  write(dir + "/dataset_info.json", R"({"chat": {"file_name": "chat.jsonl", "formatting": "openai",
+  hp::testing::write_text_file(dir + "/dataset_info.json", R"({"chat": {"file_name": "chat.jsonl", "formatting": "openai",
       "columns": {"messages": "messages", "tools": "tools"},
       "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
                "system_tag": "system", "observation_tag": "tool"}}})");
-  write(dir + "/chat.jsonl",
+  hp::testing::write_text_file(dir + "/chat.jsonl",
         R"({"messages": [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": null, "tool_calls": [)"
         R"({"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},)"
         R"( {"role": "tool", "content": "sunny"}, {"role": "tool", "content": "warm"}, {"role": "assistant", "content": "Nice."}],)"
@@ -360,10 +331,10 @@ TEST(ToolCalls, OpenAiMessagesFollowLlamaFactorysConverter) {
 TEST(ToolCalls, BadToolRecordsNameFileAndLine) {
   const std::string dir = ::testing::TempDir() + "hp_tools_bad";
   fs::remove_all(dir);
-  write(dir + "/dataset_info.json",
+  hp::testing::write_text_file(dir + "/dataset_info.json",
         R"({"bad": {"file_name": "bad.jsonl", "formatting": "sharegpt", "columns": {"messages": "conversations", "tools": "tools"}}})");
   const std::string call = R"({\"name\": \"f\", \"arguments\": {}})";
-  const std::string path = write(dir + "/bad.jsonl",
+  const std::string path = hp::testing::write_text_file(dir + "/bad.jsonl",
       R"({"conversations": [{"from": "human", "value": "a"}, {"from": "function_call", "value": ")" + call +
       R"("}, {"from": "observation", "value": "r"}, {"from": "gpt", "value": "b"}], "tools": "[{\"name\": \"f\", \"parameters\": {}}]"})" "\n"
       R"({"conversations": [{"from": "human", "value": "a"}, {"from": "observation", "value": "r"}]})" "\n"
@@ -372,7 +343,7 @@ TEST(ToolCalls, BadToolRecordsNameFileAndLine) {
       R"({"conversations": [{"from": "human", "value": "a"}, {"from": "function_call", "value": "{\"name\": \"f\"}"}]})" "\n"
       R"({"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}], "tools": "{\"name\": \"f\"}"})" "\n");
   // Stop (the default): the first bad record, named.
-  EXPECT_NE(error_of([&] { hp::data::load_datasets("bad", dir); })
+  EXPECT_NE(hp::testing::user_error_of([&] { hp::data::load_datasets("bad", dir); })
                 .find(path + ":2: turn 1 is observation, expected assistant or function"),
             std::string::npos);
   // Skip: every one listed, the good one kept.
@@ -449,7 +420,7 @@ TEST(ToolCalls, JinjaRendersWhatRenderDoes) {
 }
 
 TEST(ToolCalls, ConfigKeyReachesTheTemplate) {
-  const std::string yaml = write(::testing::TempDir() + "hp_tools_cfg/cfg.yaml",
+  const std::string yaml = hp::testing::write_text_file(::testing::TempDir() + "hp_tools_cfg/cfg.yaml",
                                  "model_name_or_path: qwen3-debug\ntokenizer: " HP_SOURCE_DIR "/examples/tokenizer\n"
                                  "dataset: glaive_toolcall_en_demo\ntemplate: qwen3_nothink\ntool_format: llama3\noutput_dir: /tmp/x\n");
   const auto config = hp::train::load_train_config(yaml, {});
@@ -457,7 +428,7 @@ TEST(ToolCalls, ConfigKeyReachesTheTemplate) {
   const auto tokenizer = hp::data::Tokenizer::from_file(HP_SOURCE_DIR "/examples/tokenizer");
   EXPECT_EQ(hp::train::chat_template_for(config, tokenizer).tool_format(), "llama3");
   EXPECT_FALSE(hp::train::load_train_config(yaml, {"tool_format=null"}).tool_format);
-  EXPECT_NE(error_of([&] { hp::train::load_train_config(yaml, {"tool_format=mistral"}); }).find("tool_format: 'mistral' is not allowed; expected default | llama3 | qwen"),
+  EXPECT_NE(hp::testing::user_error_of([&] { hp::train::load_train_config(yaml, {"tool_format=mistral"}); }).find("tool_format: 'mistral' is not allowed; expected default | llama3 | qwen"),
             std::string::npos);
 }
 
@@ -466,7 +437,7 @@ TEST(ToolCalls, ConfigKeyReachesTheTemplate) {
 TEST(ToolCalls, GlaiveRecordsTrainFromTheCommandLine) {
   const std::string dir = ::testing::TempDir() + "hp_tools_train";
   fs::remove_all(dir);
-  const std::string yaml = write(dir + "/cfg.yaml",
+  const std::string yaml = hp::testing::write_text_file(dir + "/cfg.yaml",
                                  "model_name_or_path: qwen3-debug\ntokenizer: " HP_SOURCE_DIR "/examples/tokenizer\n"
                                  "dataset: glaive_toolcall_en_demo\ndataset_dir: " + kLlamaFactoryData + "\n"
                                  "template: qwen3_nothink\ncutoff_len: 2048\nper_device_train_batch_size: 2\nmax_steps: 2\n"
@@ -488,8 +459,8 @@ TEST(ToolCalls, GlaiveRecordsTrainFromTheCommandLine) {
   const auto tokenizer_config = nlohmann::json::parse(std::ifstream(dir + "/out/tokenizer_config.json"));
   EXPECT_NE(tokenizer_config.value("chat_template", "").find("<tool_response>"), std::string::npos);
 
-  write(dir + "/data/dataset_info.json", R"({"bad": {"file_name": "bad.jsonl", "formatting": "sharegpt", "columns": {"tools": "tools"}}})");
-  write(dir + "/data/bad.jsonl", R"({"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}], "tools": "not json"})" "\n");
+  hp::testing::write_text_file(dir + "/data/dataset_info.json", R"({"bad": {"file_name": "bad.jsonl", "formatting": "sharegpt", "columns": {"tools": "tools"}}})");
+  hp::testing::write_text_file(dir + "/data/bad.jsonl", R"({"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}], "tools": "not json"})" "\n");
   const auto bad = hp::testing::run_subprocess({HP_CLI_PATH, "train", yaml, "dataset=bad", "dataset_dir=" + dir + "/data",
                                                 "output_dir=" + dir + "/bad_out"},
                                                {std::chrono::seconds(120)});

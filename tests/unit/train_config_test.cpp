@@ -10,17 +10,11 @@
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/train/train_config.h"
 #include "support/subprocess.h"
+#include "support/test_files.h"
 
 namespace hp = hyperparallel;
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string write_yaml(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + "hp_config_" + name + ".yaml";
@@ -50,11 +44,11 @@ std::string valid_without(const std::string& key) {
 
 TEST(TrainConfig, SchemaIsFrozen) {
   // A change here changes what users' YAML files mean: update the fixture and docs/config.md.
-  EXPECT_EQ(hp::train::config_schema_text(), read_file(HP_SOURCE_DIR "/tests/fixtures/config_schema.txt"));
+  EXPECT_EQ(hp::train::config_schema_text(), hp::testing::read_text_file(HP_SOURCE_DIR "/tests/fixtures/config_schema.txt"));
 }
 
 TEST(TrainConfig, EveryKeyIsDocumented) {
-  const std::string docs = read_file(HP_SOURCE_DIR "/docs/config.md");
+  const std::string docs = hp::testing::read_text_file(HP_SOURCE_DIR "/docs/config.md");
   EXPECT_GE(hp::train::config_schema().size(), 50u);
   for (const auto& key : hp::train::config_schema()) EXPECT_NE(docs.find("`" + key.key + "`"), std::string::npos) << key.key;
 }
