@@ -140,6 +140,17 @@ void check_order(const Conversation& c, const std::vector<size_t>& turns, size_t
   if (n == 0 || n % 2 != 0) throw BadRecord{"must end with an assistant turn (or a function call)"};
 }
 
+// The system prompt: the record's system column, or a first system turn, which wins over it
+// (`start` then skips that turn).
+std::string leading_system(const Json& r, const TurnKeys& k, const DatasetSchema& schema, size_t& start) {
+  const Json& list = r[k.list];
+  if (!list.empty() && normalized_role(record_string(list[0], k.role, true), schema) == "system") {
+    start = 1;
+    return record_string(list[0], k.content, true);
+  }
+  return record_string(r, schema.system, false);
+}
+
 Conversation from_sharegpt(const Json& r, const SftLoadOptions& options) {
   const DatasetSchema& schema = options.schema;
   const TurnKeys k = turn_keys(r, schema);
@@ -147,11 +158,7 @@ Conversation from_sharegpt(const Json& r, const SftLoadOptions& options) {
   Conversation c;
   std::vector<size_t> turns;
   size_t start = 0;
-  std::string system = record_string(r, schema.system, false);
-  if (!list.empty() && normalized_role(record_string(list[0], k.role, true), schema) == "system") {
-    system = record_string(list[0], k.content, true);  // a system turn wins over the column
-    start = 1;
-  }
+  const std::string system = leading_system(r, k, schema, start);
   if (!system.empty()) {
     c.messages.push_back({"system", system});
     turns.push_back(0);
@@ -176,11 +183,7 @@ Conversation from_openai(const Json& r, const SftLoadOptions& options) {
   Conversation c;
   std::vector<size_t> turns;
   size_t start = 0;
-  std::string system = record_string(r, schema.system, false);
-  if (!list.empty() && normalized_role(record_string(list[0], k.role, true), schema) == "system") {
-    system = record_string(list[0], k.content, true);
-    start = 1;
-  }
+  std::string system = leading_system(r, k, schema, start);
   std::vector<std::string> tool_responses;
   size_t tool_turn = 0;
   for (size_t i = start; i < list.size(); ++i) {
