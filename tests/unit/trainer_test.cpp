@@ -20,6 +20,10 @@
 #include "train/train_output.h"
 #include "support/subprocess.h"
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <thread>
+
 namespace hp = hyperparallel;
 namespace fs = std::filesystem;
 
@@ -105,6 +109,41 @@ TEST(Trainer, EveryLayoutMatchesThePlainModelAtTheSameGlobalBatch) {
       {"fsdp2_accum2", 2, {"per_device_train_batch_size=2", "gradient_accumulation_steps=2"}}};
   expect_layouts_match_the_plain_model(layouts, /*learns=*/true);
   for (const auto& [name, ranks, layout] : layouts) fs::remove_all(temp_dir(name));
+}
+
+// torchrun as its workers see it: the agent (played here by a real c10d TCPStore) serves
+// MASTER_PORT and says so with TORCHELASTIC_USE_AGENT_STORE; two `hyperparallel train` ranks
+// started with torchrun's variables rendezvous through it and train.
+TEST(Trainer, TwoRanksTrainUnderTorchrunsAgentStore) {
+  c10d::TCPStoreOptions agent_options;
+  agent_options.port = 0;
+  agent_options.isServer = true;
+  agent_options.waitWorkers = false;
+  c10d::TCPStore agent("127.0.0.1", agent_options);
+  const std::string dir = temp_dir("torchrun_agent");
+  fs::remove_all(dir);
+  std::vector<std::string> argv = {HP_CLI_PATH, "train"};
+  for (const auto& o : base_overrides(dir)) argv.push_back("--" + o);
+  argv.push_back("--max_steps=3");
+  argv.push_back("--per_device_train_batch_size=4");
+  std::vector<hp::testing::SubprocessResult> ranks(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      hp::testing::SubprocessOptions options(std::chrono::seconds(120),
+                                             {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r)},
+                                              {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                                              {"MASTER_PORT", std::to_string(agent.getPort())}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                              {"TORCHELASTIC_RUN_ID", "trainer-test"}, {"TORCHELASTIC_RESTART_COUNT", "0"}});
+      ranks[r] = hp::testing::run_subprocess(argv, options);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(ranks[r].exit_code, 0) << "rank " << r << ":\n" << ranks[r].output;
+  EXPECT_NE(ranks[0].output.find("hyperparallel train: 2 ranks"), std::string::npos) << ranks[0].output;
+  EXPECT_EQ(logged_losses(dir).size(), 3u);
+  EXPECT_TRUE(agent.check({"hyperparallel/store_address/trainer-test/0"}));
+  fs::remove_all(dir);
 }
 
 // Qwen3-MoE through the trainer, moe_aux_loss_scope global: the total loss (lm + coef x aux)
