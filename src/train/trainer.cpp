@@ -113,6 +113,13 @@ double job_roofline_gflops(const models::ModelConfig& config, comm::Communicator
   return rate.item<double>();
 }
 
+// LlamaFactory's LogCallback progress fields of a trainer_log line.
+nlohmann::json progress_fields(int64_t steps_done, int64_t total_steps) {
+  return {{"current_steps", steps_done},
+          {"total_steps", total_steps},
+          {"percentage", std::round(10000.0 * static_cast<double>(steps_done) / static_cast<double>(total_steps)) / 100.0}};
+}
+
 double peak_rss_mib() {
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
@@ -320,9 +327,10 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     if (!leader) return;
     const double epoch = static_cast<double>(steps_done) / static_cast<double>(sampler.steps_per_epoch());
     const double rows = static_cast<double>(data.eval_rows.size());
-    trainer_log->write({{"step", steps_done}, {"eval_loss", eval_loss}, {"epoch", epoch}, {"eval_runtime", seconds},
-                        {"eval_samples_per_second", rows / seconds}, {"current_steps", steps_done}, {"total_steps", total_steps},
-                        {"percentage", std::round(10000.0 * static_cast<double>(steps_done) / static_cast<double>(total_steps)) / 100.0}});
+    nlohmann::json record{{"step", steps_done}, {"eval_loss", eval_loss}, {"epoch", epoch}, {"eval_runtime", seconds},
+                          {"eval_samples_per_second", rows / seconds}};
+    record.update(progress_fields(steps_done, total_steps));
+    trainer_log->write(record);
     if (tensorboard) {
       tensorboard->scalar("eval/loss", eval_loss, steps_done);
       tensorboard->flush();
@@ -381,10 +389,9 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
       nlohmann::json record{{"step", step + 1}, {"loss", mean_loss}, {"grad_norm", grad_norm}, {"lr", lr}, {"epoch", epoch},
                           {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed}, {"peak_rss_mib", peak_rss_mib()},
                           {"mfu", flops_per_token * throughput / (roofline_gflops * 1e9)},
-                          {"current_steps", step + 1}, {"total_steps", total_steps},
-                          {"percentage", std::round(10000.0 * static_cast<double>(step + 1) / static_cast<double>(total_steps)) / 100.0},
                           {"elapsed_time", timedelta_text(elapsed)}, {"remaining_time", timedelta_text(eta)},
                           {"throughput", std::round(throughput * 100.0) / 100.0}, {"total_tokens", tokens_before + total_tokens}};
+      record.update(progress_fields(step + 1, total_steps));
       record.update(moe_fields);
       trainer_log->write(record);
       logged.emplace_back(step + 1, mean_loss);
