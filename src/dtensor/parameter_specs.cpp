@@ -10,6 +10,7 @@ constexpr const char* kSpecsChild = "_hp_parameter_specs";
 class SpecTable : public torch::nn::Module {
  public:
   std::map<std::string, DTensorSpec> specs;
+  std::map<std::string, ParameterOwner> owners;
 };
 
 SpecTable* find_table(torch::nn::Module& root) {
@@ -19,13 +20,17 @@ SpecTable* find_table(torch::nn::Module& root) {
   return nullptr;
 }
 
+SpecTable& table_of(torch::nn::Module& root) {
+  SpecTable* table = find_table(root);
+  return table ? *table : *root.register_module(kSpecsChild, std::make_shared<SpecTable>());
+}
+
 }  // namespace
 
 void record_parameter_spec(torch::nn::Module& root, const std::string& name, const DTensorSpec& spec) {
-  SpecTable* table = find_table(root);
-  if (!table) table = root.register_module(kSpecsChild, std::make_shared<SpecTable>()).get();
-  table->specs.erase(name);
-  table->specs.emplace(name, spec);
+  SpecTable& table = table_of(root);
+  table.specs.erase(name);
+  table.specs.emplace(name, spec);
 }
 
 const DTensorSpec* find_parameter_spec(torch::nn::Module& root, const std::string& name) {
@@ -45,6 +50,16 @@ Box parameter_box(torch::nn::Module& root, const std::string& name, const std::v
   const DTensorSpec* spec = find_parameter_spec(root, name);
   if (!spec) return Box{std::vector<int64_t>(local_shape.size(), 0), local_shape};
   return spec->local_box();
+}
+
+void record_parameter_owner(torch::nn::Module& root, const std::string& name, const ParameterOwner& owner) {
+  table_of(root).owners[name] = owner;
+}
+
+const std::map<std::string, ParameterOwner>& parameter_owners(torch::nn::Module& root) {
+  static const std::map<std::string, ParameterOwner> kNone;  // an immutable empty map, not state
+  SpecTable* table = find_table(root);
+  return table ? table->owners : kNone;
 }
 
 }  // namespace hyperparallel::dtensor

@@ -18,9 +18,12 @@ std::vector<double> gradient_norm_weights(torch::nn::Module& root, int64_t world
     for (const auto& sp : unit->params()) fsdp_pieces[sp.param.unsafeGetTensorImpl()] = unit->shard_size();
   }
   std::vector<double> weights;
+  const auto& owners = dtensor::parameter_owners(root);
   for (const auto& item : root.named_parameters()) {
     const auto it = fsdp_pieces.find(item.value().unsafeGetTensorImpl());
     int64_t pieces = it == fsdp_pieces.end() ? 1 : it->second;
+    const auto owned = owners.find(item.key());
+    if (owned != owners.end()) pieces *= owned->second.group->size();  // one holder per group
     if (const dtensor::DTensorSpec* spec = dtensor::find_parameter_spec(root, item.key())) {
       for (size_t axis = 0; axis < spec->placements().size(); ++axis) {
         if (spec->placements()[axis].is_shard()) pieces *= spec->mesh().shape()[axis];

@@ -242,6 +242,11 @@ std::map<std::string, at::Tensor> full_parameters(torch::nn::Module& root) {
   for (const auto& [name, spec] : dtensor::parameter_specs(root)) {  // name order: the same on every rank
     out[name] = dtensor::DTensor(out.at(name), spec).full_tensor();
   }
+  for (const auto& [name, owner] : dtensor::parameter_owners(root)) {  // from the rank that holds it
+    at::Tensor t = owner.held_here() ? out.at(name).contiguous() : at::empty(owner.shape, at::kFloat);
+    owner.group->broadcast(t, owner.owner).wait();
+    out[name] = t;
+  }
   return out;
 }
 
@@ -347,6 +352,7 @@ std::map<std::string, std::vector<int64_t>> full_parameter_shapes(torch::nn::Mod
     if (!managed.count(item.value().unsafeGetTensorImpl()) && !shapes.count(item.key())) shapes[item.key()] = item.value().sizes().vec();
   }
   for (auto& [name, shape] : shapes) shape = global_shape_of(root, name, shape);
+  for (const auto& [name, owner] : dtensor::parameter_owners(root)) shapes.emplace(name, owner.shape);
   return shapes;
 }
 

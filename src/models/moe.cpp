@@ -2,8 +2,9 @@
 #include "moe.h"
 
 #include <algorithm>
-
 #include <string>
+
+#include "hyperparallel/fsdp/module_hooks.h"
 
 namespace hyperparallel::models {
 
@@ -11,13 +12,37 @@ SparseMoeBlock::SparseMoeBlock(const ModelConfig& c, ParamFactory& factory)
     : FeedForwardModule(c.class_prefix() + "SparseMoeBlock"),
       num_experts(c.num_experts),
       top_k(c.num_experts_per_tok),
-      norm_topk_prob(c.norm_topk_prob) {
+      norm_topk_prob(c.norm_topk_prob),
+      local_count(c.num_experts) {
   gate = register_module("gate", std::make_shared<Linear>(c.hidden_size, c.num_experts, false, factory));
-  experts = register_module("experts", torch::nn::ModuleList());
+  experts = register_module("experts", std::make_shared<torch::nn::Module>("ModuleList"));
   for (int64_t e = 0; e < num_experts; ++e) {
     expert_mlps.push_back(std::make_shared<Mlp>(c.class_prefix() + "MLP", c.hidden_size, c.moe_intermediate_size, false, factory));
-    experts->push_back(expert_mlps.back());
+    experts->register_module(std::to_string(e), expert_mlps.back());
   }
+}
+
+void SparseMoeBlock::keep_experts(int64_t first, int64_t count) {
+  for (int64_t e = 0; e < num_experts; ++e) {
+    if (e >= first && e < first + count) continue;
+    if (expert_mlps[static_cast<size_t>(e)]) experts->unregister_module(std::to_string(e));
+    expert_mlps[static_cast<size_t>(e)] = nullptr;
+  }
+  first_local = first;
+  local_count = count;
+}
+
+at::Tensor SparseMoeBlock::run_local_experts(const at::Tensor& grouped, const std::vector<int64_t>& counts) {
+  return fsdp::hooked_forward(*experts, grouped, [&](const at::Tensor& rows) {
+    std::vector<at::Tensor> outs;
+    int64_t start = 0;
+    for (int64_t l = 0; l < local_count; ++l) {
+      const int64_t n = counts.at(static_cast<size_t>(l));
+      outs.push_back((*expert(first_local + l))(rows.narrow(0, start, n), nullptr));
+      start += n;
+    }
+    return at::cat(outs, 0);
+  });
 }
 
 at::Tensor SparseMoeBlock::forward(const at::Tensor& x, std::vector<at::Tensor>* router_logits_out) {
@@ -29,6 +54,8 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& x, std::vector<at::Tensor>*
   auto [top_weights, selected] = at::topk(weights, top_k, -1);
   if (norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
   top_weights = top_weights.to(x.scalar_type());
+  if (router_logits_out) router_logits_out->push_back(logits);
+  if (dispatch) return dispatch->combine(*this, tokens, Routing{selected, top_weights}).reshape(shape);
   at::Tensor out = at::zeros_like(tokens);
   // expert_mask [experts, k, tokens]; torch.where order: by slot, then token.
   const at::Tensor expert_mask = at::one_hot(selected, num_experts).permute({2, 1, 0});
@@ -45,7 +72,6 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& x, std::vector<at::Tensor>*
         (*expert_mlps[e])(tokens.index_select(0, token), nullptr) * top_weights.index({token, slot}).unsqueeze(-1);
     out = out.index_add(0, token, expert_out.to(x.scalar_type()));
   }
-  if (router_logits_out) router_logits_out->push_back(logits);
   return out.reshape(shape);
 }
 

@@ -4,11 +4,16 @@
 // its top-k experts (SwiGLU MLPs under `experts.<i>`) and their outputs are summed with the
 // softmax routing weights (renormalised over the top k when norm_topk_prob). The loop over
 // experts and its accumulation order follow transformers' Qwen3MoeSparseMoeBlock, so the
-// result matches it to rounding. Experts are addressable by name so expert parallelism can
-// be applied from outside later.
+// result matches it to rounding.
+//
+// Experts are children of `experts` named by their global index ("experts.5.gate_proj"), as
+// in HF checkpoints. Expert parallelism (ep/expert_parallel.h) is applied from outside: it
+// drops the experts another rank holds and installs an ExpertDispatch that moves tokens to
+// their experts and back; the block then only routes and hands the dispatch its local
+// experts. Without a dispatch every expert is local and runs in this process.
 #pragma once
 
-#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/module.h>
 
 #include <memory>
 #include <vector>
@@ -18,16 +23,44 @@
 
 namespace hyperparallel::models {
 
+class SparseMoeBlock;
+
+// The router's decision for a block's tokens [N, hidden]: `selected` [N, k] expert indices,
+// `weights` [N, k] their routing weights (in the tokens' dtype, with gradient).
+struct Routing {
+  at::Tensor selected, weights;
+};
+
+// Computes a block's output from its tokens and their routing: where the experts run and how
+// the tokens get there. Implemented by expert parallelism (src/ep/token_dispatch.h).
+class ExpertDispatch {
+ public:
+  virtual ~ExpertDispatch() = default;
+  virtual at::Tensor combine(SparseMoeBlock& block, const at::Tensor& tokens, const Routing& routing) = 0;
+};
+
 class SparseMoeBlock : public FeedForwardModule {
  public:
   SparseMoeBlock(const ModelConfig& config, ParamFactory& factory);
   at::Tensor forward(const at::Tensor& x, std::vector<at::Tensor>* router_logits) override;
 
+  // Expert `e` (a global index); null when another rank holds it.
+  const std::shared_ptr<Mlp>& expert(int64_t e) const { return expert_mlps.at(static_cast<size_t>(e)); }
+  // Keeps experts [first, first + count) and unregisters the rest.
+  void keep_experts(int64_t first, int64_t count);
+  // Runs the local experts on `grouped` [sum(counts), hidden]: the first counts[0] rows go to
+  // expert first_local, the next counts[1] to the one after, and so on (a count may be 0: every
+  // local expert runs, so its parameters get a gradient in every step). Runs inside `experts`'
+  // forward hooks, so FSDP may shard the experts as one unit. Returns the outputs, same rows.
+  at::Tensor run_local_experts(const at::Tensor& grouped, const std::vector<int64_t>& counts);
+
   int64_t num_experts, top_k;
   bool norm_topk_prob;
+  int64_t first_local = 0, local_count = 0;  // the experts this rank holds
   std::shared_ptr<Linear> gate;
-  torch::nn::ModuleList experts;
-  std::vector<std::shared_ptr<Mlp>> expert_mlps;
+  std::shared_ptr<torch::nn::Module> experts;  // children "0" .. "E-1" (the local ones)
+  std::vector<std::shared_ptr<Mlp>> expert_mlps;  // by global index; null when not local
+  std::shared_ptr<ExpertDispatch> dispatch;       // null: every expert runs here
 };
 
 // The sums transformers' load_balancing_loss_func is made of, for a batch: `counts` [k, E]

@@ -5,11 +5,20 @@
 // shard it; fsdp/fully_shard.h composes the two).
 // Names are full parameter names relative to `root` — the module the parallelism was applied
 // to (the CausalLM for the trainer).
+//
+// Owned parameters are the other kind of split: whole parameters divided among the ranks of a
+// group, each held by one of them (expert parallelism: an expert's weights live on one ep
+// rank). Every rank records every such parameter, held here or not, so the full model's names
+// and shapes are known everywhere and whole-model views (full_parameters, loading checks, the
+// gradient norm) can reach the rest over the group.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "hyperparallel/comm/communicator.h"
 #include "hyperparallel/dtensor/dtensor_spec.h"
 
 namespace torch::nn {
@@ -27,5 +36,15 @@ const std::map<std::string, DTensorSpec>& parameter_specs(torch::nn::Module& roo
 // The local piece of `name` that this rank holds, as a box of the global tensor; the whole
 // tensor when no spec was recorded (local_shape is then the global shape).
 Box parameter_box(torch::nn::Module& root, const std::string& name, const std::vector<int64_t>& local_shape);
+
+struct ParameterOwner {
+  std::shared_ptr<comm::Communicator> group;  // the ranks the parameters are divided among
+  int owner = 0;                              // the group rank that holds this one
+  std::vector<int64_t> shape;                 // its (whole) shape
+  bool held_here() const { return group->rank() == owner; }
+};
+void record_parameter_owner(torch::nn::Module& root, const std::string& name, const ParameterOwner& owner);
+// Every recorded owned parameter by name, held here or not (empty when none).
+const std::map<std::string, ParameterOwner>& parameter_owners(torch::nn::Module& root);
 
 }  // namespace hyperparallel::dtensor
