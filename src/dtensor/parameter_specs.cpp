@@ -2,6 +2,9 @@
 
 #include <torch/nn/module.h>
 
+#include <algorithm>
+#include <set>
+
 namespace hyperparallel::dtensor {
 namespace {
 
@@ -60,6 +63,27 @@ const std::map<std::string, ParameterOwner>& parameter_owners(torch::nn::Module&
   static const std::map<std::string, ParameterOwner> kNone;  // an immutable empty map, not state
   SpecTable* table = find_table(root);
   return table ? table->owners : kNone;
+}
+
+std::vector<std::string> full_parameter_names(torch::nn::Module& root) {
+  const auto& owners = parameter_owners(root);
+  std::vector<std::string> out;
+  std::set<std::string> sets_done;
+  for (const auto& item : root.named_parameters()) {
+    const auto it = owners.find(item.key());
+    if (it == owners.end()) {
+      out.push_back(item.key());
+      continue;
+    }
+    if (!sets_done.insert(it->second.set).second) continue;
+    std::vector<std::pair<int64_t, std::string>> members;
+    for (const auto& [name, owner] : owners) {
+      if (owner.set == it->second.set) members.emplace_back(owner.order, name);
+    }
+    std::sort(members.begin(), members.end());
+    for (auto& m : members) out.push_back(std::move(m.second));
+  }
+  return out;
 }
 
 }  // namespace hyperparallel::dtensor

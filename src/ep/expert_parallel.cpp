@@ -27,12 +27,15 @@ std::vector<NamedBlock> moe_blocks(torch::nn::Module& root) {
 // Records every expert parameter of `block` (whole, before any is dropped) with its owner.
 void record_owners(torch::nn::Module& root, const NamedBlock& b, const std::shared_ptr<comm::Communicator>& group) {
   const int64_t per_rank = b.block->num_experts / group->size();
+  int64_t order = 0;
   for (int64_t e = 0; e < b.block->num_experts; ++e) {
     for (const auto& p : b.block->expert(e)->named_parameters()) {
       dtensor::ParameterOwner owner;
       owner.group = group;
       owner.owner = static_cast<int>(e / per_rank);
       owner.shape = p.value().sizes().vec();
+      owner.set = b.name + ".experts";
+      owner.order = order++;
       dtensor::record_parameter_owner(root, b.name + ".experts." + std::to_string(e) + "." + p.key(), owner);
     }
   }
@@ -62,7 +65,10 @@ std::vector<std::string> parallelize_experts(torch::nn::Module& root, const mesh
       throw UserError("ep size " + std::to_string(ranks) + " does not divide the " + std::to_string(experts) + " experts of " +
                       b.name + "; valid ep sizes: " + valid_ep_sizes(experts, experts));
     }
-    if (b.block->dispatch) throw UserError("parallelize_experts: " + b.name + " is already expert-parallel");
+    // grouped_experts (a local dispatch) gives way: the all-to-all dispatch groups the same way.
+    if (std::dynamic_pointer_cast<AllToAllDispatch>(b.block->dispatch)) {
+      throw UserError("parallelize_experts: " + b.name + " is already expert-parallel");
+    }
     record_owners(root, b, group);
     const int64_t per_rank = experts / ranks;
     b.block->keep_experts(group->rank() * per_rank, per_rank);

@@ -7,6 +7,7 @@
 
 #include "hyperparallel/dtensor/functional_collectives.h"
 #include "hyperparallel/dtensor/placement.h"
+#include "models/grouped_experts.h"
 
 namespace hyperparallel::ep {
 namespace {
@@ -73,26 +74,21 @@ at::Tensor AllToAllDispatch::combine(models::SparseMoeBlock& block, const at::Te
 }
 
 at::Tensor AllToAllDispatch::combine_own(models::SparseMoeBlock& block, const at::Tensor& tokens, const models::Routing& routing) {
-  const int64_t top_k = routing.selected.size(1);
   const int64_t ranks = ep_->size(), local_experts = block.local_count;
-  const at::Tensor pair_expert = routing.selected.reshape({-1});
-  const at::Tensor order = std::get<1>(at::sort(pair_expert, c10::optional<bool>(true), /*dim=*/0));
-  const at::Tensor pair_token = at::div(order, top_k, "floor");
+  const models::SortedPairs pairs = models::sort_pairs_by_expert(routing, block.num_experts);
   // Counts per expert, exchanged: received[s * L + l] rows come from rank s for local expert l.
-  const at::Tensor counts = at::bincount(pair_expert, {}, block.num_experts).to(at::kLong).contiguous();
+  const at::Tensor counts = at::tensor(pairs.counts, at::kLong);
   at::Tensor received_counts = at::empty_like(counts);
   ep_->all_to_all(received_counts, counts).wait();
   const std::vector<int64_t> received = as_vector(received_counts);
-  const std::vector<int64_t> send_splits = group_sums(as_vector(counts), local_experts);
+  const std::vector<int64_t> send_splits = group_sums(pairs.counts, local_experts);
   const std::vector<int64_t> recv_splits = group_sums(received, local_experts);
 
-  const at::Tensor arrived = dtensor::all_to_all(tokens.index_select(0, pair_token), *ep_, recv_splits, send_splits);
+  const at::Tensor arrived = dtensor::all_to_all(tokens.index_select(0, pairs.token), *ep_, recv_splits, send_splits);
   const Regrouping g = regroup(received, ranks, local_experts);
   const at::Tensor computed = block.run_local_experts(arrived.index_select(0, g.order), g.rows_per_expert);
   const at::Tensor returned = dtensor::all_to_all(computed.index_select(0, g.inverse), *ep_, send_splits, recv_splits);
-
-  const at::Tensor weights = routing.weights.reshape({-1}).index_select(0, order).unsqueeze(-1);
-  return at::zeros_like(tokens).index_add(0, pair_token, (returned * weights).to(tokens.scalar_type()));
+  return models::sum_weighted_outputs(tokens, pairs, returned, routing);
 }
 
 }  // namespace hyperparallel::ep

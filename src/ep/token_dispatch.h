@@ -2,8 +2,9 @@
 // (token, slot) pairs sent to the ranks of their experts, computed there, sent back and
 // summed with the routing weights.
 //
-// Pairs are ordered by expert (stable, so a token's slots keep the reference's order) — which
-// is also by destination rank, since rank r holds a consecutive range of experts. After the
+// Pairs are ordered by expert (stable, so a token's slots keep the reference's order;
+// models/grouped_experts.h) — which is also by destination rank, since rank r holds a
+// consecutive range of experts. After the
 // count exchange each rank knows, per source rank and local expert, how many rows arrive;
 // the received rows (source-major) are regrouped expert-major for the experts and the outputs
 // put back in source order for the return trip. Each rank sums a token's expert outputs in

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <set>
 
+#include "hyperparallel/dtensor/parameter_specs.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/io/hf_checkpoint.h"
 #include "hyperparallel/platform/suggest.h"
@@ -100,10 +101,10 @@ std::vector<std::string> save_pretrained(CausalLM& model, const std::string& dir
   if (full.empty()) return {};
   std::vector<std::pair<std::string, at::Tensor>> ordered;  // named_parameters order, as HF's state_dict
   at::ScalarType dtype = at::kFloat;
-  for (const auto& item : model.named_parameters()) {
-    at::Tensor t = full.at(item.key());
-    dtype = options.dtype.value_or(item.value().scalar_type());
-    ordered.emplace_back(item.key(), t.to(dtype));
+  const auto params = model.named_parameters();
+  for (const auto& name : dtensor::full_parameter_names(model)) {  // with experts other ranks hold
+    if (const at::Tensor* local = params.find(name)) dtype = options.dtype.value_or(local->scalar_type());
+    ordered.emplace_back(name, full.at(name).to(dtype));
   }
   fs::create_directories(dir);
   io::write_file_atomically((fs::path(dir) / "config.json").string(), model_config_json(model.config(), dtype_json_name(dtype)));

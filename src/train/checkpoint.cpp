@@ -212,30 +212,31 @@ class ShardReader {
 
 // Which of this rank's pieces it writes: the first rank (in world order) holding a given box
 // of a tensor writes it, so HSDP replicas and tp ranks that hold the same piece do not write
-// it again. One all-gather of a hash per piece.
+// it again. Ranks may hold different tensors (expert parallelism), so a piece is known by a
+// hash of its name and box; one all-gather of every rank's hashes (padded to the longest list).
 std::vector<bool> pieces_to_write(const std::map<std::string, fsdp::ShardedTensor>& shards, comm::Communicator& world) {
   std::vector<int64_t> hashes;
   for (const auto& [name, shard] : shards) {
     uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
     for (const auto* v : {&shard.offsets, &shard.lengths}) {
       for (int64_t x : *v) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
     }
     hashes.push_back(static_cast<int64_t>(h));
   }
-  const int64_t n = static_cast<int64_t>(hashes.size());
+  at::Tensor counts = at::zeros({world.size()}, at::kLong);
+  world.all_gather(counts, at::full({1}, static_cast<int64_t>(hashes.size()), at::kLong)).wait();
+  const int64_t n = counts.max().item<int64_t>();
+  at::Tensor mine = at::zeros({n}, at::kLong);
+  if (!hashes.empty()) mine.narrow(0, 0, static_cast<int64_t>(hashes.size())).copy_(at::tensor(hashes, at::kLong));
   at::Tensor all = at::zeros({world.size() * n}, at::kLong);
-  world.all_gather(all, at::tensor(hashes, at::kLong)).wait();
+  world.all_gather(all, mine).wait();
+  std::set<int64_t> earlier;  // pieces ranks before this one write
   const auto* table = all.data_ptr<int64_t>();
-  std::vector<bool> write(static_cast<size_t>(n), true);
+  for (int r = 0; r < world.rank(); ++r) earlier.insert(table + r * n, table + r * n + counts[r].item<int64_t>());
+  std::vector<bool> write;
   size_t i = 0;
-  for (const auto& item : shards) {
-    const bool empty = item.second.local.numel() == 0;
-    for (int r = 0; r < world.rank() && !empty; ++r) {
-      if (table[r * n + static_cast<int64_t>(i)] == hashes[i]) write[i] = false;
-    }
-    if (empty) write[i] = false;
-    ++i;
-  }
+  for (const auto& item : shards) write.push_back(item.second.local.numel() > 0 && !earlier.count(hashes[i++]));
   return write;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include "hyperparallel/ep/expert_parallel.h"
 #include "hyperparallel/models/causal_lm.h"
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/tp/loss_parallel.h"
@@ -51,6 +52,35 @@ mesh::DeviceMesh compact_mesh(const mesh::ParallelDims& d, const std::shared_ptr
   return mesh::init_device_mesh(world, "cpu", shape, names);
 }
 
+mesh::DeviceMesh compact_expert_mesh(const mesh::ParallelDims& d, const std::shared_ptr<comm::Communicator>& world) {
+  std::vector<int64_t> shape;
+  std::vector<std::string> names;
+  if (d.dp_replicate > 1) shape.push_back(d.dp_replicate), names.push_back("dp_replicate");
+  shape.push_back(d.edp_shard), names.push_back("edp");
+  shape.push_back(d.ep), names.push_back("ep");
+  return mesh::init_device_mesh(world, "cpu", shape, names);
+}
+
+void check_experts_fit(const models::ModelConfig& config, int64_t ep) {
+  if (config.num_experts <= 0) {
+    throw UserError("accelerator.ep_size " + std::to_string(ep) + " divides the experts of a mixture-of-experts model, and " +
+                    config.model_type + " has none; set ep_size: 1");
+  }
+  if (config.num_experts % ep != 0) {
+    throw UserError("accelerator.ep_size " + std::to_string(ep) + " does not divide the model's num_experts (" +
+                    std::to_string(config.num_experts) + "); valid ep sizes: " +
+                    ep::valid_ep_sizes(config.num_experts, config.num_experts));
+  }
+}
+
+// Expert parallelism over layout.expert_mesh["ep"]; the tp ranks split their shared tokens.
+void parallelize_experts(models::CausalLM& model, const ParallelLayout& layout) {
+  check_experts_fit(model.config(), layout.dims.ep);
+  ep::ExpertParallelOptions options;
+  if (layout.tp() > 1) options.token_split = layout.mesh.comm("tp");
+  ep::parallelize_experts(model, (*layout.expert_mesh)["ep"], options);
+}
+
 }  // namespace
 
 ParallelLayout build_layout(const TrainConfig& c, const std::shared_ptr<comm::Communicator>& world) {
@@ -70,10 +100,21 @@ ParallelLayout build_layout(const TrainConfig& c, const std::shared_ptr<comm::Co
   dims.dp_replicate = dp / shard;
   dims.dp_shard = shard;
   dims.tp = tp;
-  dims = dims.resolved(n);
+  dims.ep = c.accelerator.ep_size;
+  dims.edp_shard = c.fsdp_config.edp_shard_size;
+  try {
+    dims = dims.resolved(n);
+  } catch (const UserError& e) {
+    throw UserError(std::string("accelerator.ep_size / fsdp_config.edp_shard_size: ") + e.what());
+  }
   mesh::DeviceMesh full = compact_mesh(dims, world);
   mesh::DeviceMesh dp_mesh = dims.dp_replicate > 1 ? full[{"dp_replicate", "dp_shard"}] : full["dp_shard"];
-  return ParallelLayout{dims, std::move(full), std::move(dp_mesh)};
+  ParallelLayout layout{dims, std::move(full), std::move(dp_mesh), std::nullopt, std::nullopt};
+  if (dims.ep > 1) {
+    layout.expert_mesh = compact_expert_mesh(dims, world);
+    layout.edp_mesh = dims.dp_replicate > 1 ? (*layout.expert_mesh)[{"dp_replicate", "edp"}] : (*layout.expert_mesh)["edp"];
+  }
+  return layout;
 }
 
 ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout, const TrainConfig& c) {
@@ -92,6 +133,13 @@ ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout,
   }
   const fsdp::FullyShardOptions shard = shard_options(c, layout.dp_mesh, model);
   ParallelModel out;
+  if (layout.expert_mesh) {
+    parallelize_experts(model, layout);
+    fsdp::FullyShardOptions experts = shard;
+    experts.mesh = *layout.edp_mesh;
+    experts.replicate_params.clear();  // fsdp_config.replicate_params name dense parameters
+    for (auto* m : ep::expert_modules(model)) out.units.push_back(fsdp::fully_shard(*m, experts));
+  }
   for (auto* layer : model.decoder_layers()) out.units.push_back(fsdp::fully_shard(*layer, shard));
   out.units.push_back(fsdp::fully_shard(model, shard));
   return out;

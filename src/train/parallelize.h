@@ -6,9 +6,16 @@
 // group, with size-1 axes left out (dp_shard always kept: FSDP needs a mesh). tp ranks share
 // each batch; the sampler and the loss go over the dp axes; FSDP shards each rank's tensor-
 // parallel pieces over dp_shard and replicates over dp_replicate.
+//
+// With accelerator.ep_size > 1 the same ranks are read again as (dp_replicate, edp, ep)
+// (mesh/parallel_dims.h): experts are divided over ep (ep/expert_parallel.h) and each
+// block's experts are one FSDP unit over edp (or HSDP over (dp_replicate, edp)), while the
+// dense layers keep the dense mesh. The experts are not tensor-parallel: where the ep axis
+// overlaps tp, the tp ranks split the block's (shared) tokens among them before dispatch.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "hyperparallel/fsdp/fully_shard.h"
@@ -26,20 +33,24 @@ struct ParallelLayout {
   mesh::ParallelDims dims;  // resolved
   mesh::DeviceMesh mesh;    // (dp_replicate?, dp_shard, tp?)
   mesh::DeviceMesh dp_mesh;  // FSDP's: dp_shard, or (dp_replicate, dp_shard)
+  std::optional<mesh::DeviceMesh> expert_mesh;  // (dp_replicate?, edp, ep) when ep > 1
+  std::optional<mesh::DeviceMesh> edp_mesh;     // the experts' FSDP mesh: edp or (dp_replicate, edp)
   int64_t dp() const { return dims.dp(); }
   int64_t dp_rank() const { return dp_mesh.rank(); }
   int64_t tp() const { return dims.tp; }
 };
 
-// From accelerator.tp_size and fsdp_config.dp_shard_size; UserError with the numbers when
-// they do not divide the world.
+// From accelerator.tp_size / ep_size and fsdp_config.dp_shard_size / edp_shard_size;
+// UserError with the numbers when they do not divide the world.
 ParallelLayout build_layout(const TrainConfig& c, const std::shared_ptr<comm::Communicator>& world);
 
 struct ParallelModel {
   std::vector<fsdp::FSDPModule> units;  // decoder layers, then the root (last)
 };
 
-// TP (accelerator.tp_size > 1), then FSDP over layout.dp_mesh.
+// TP (accelerator.tp_size > 1), EP (ep_size > 1; UserError when the model has no experts or
+// their count does not divide by ep_size), then FSDP: experts over layout.edp_mesh, the rest
+// over layout.dp_mesh.
 ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout, const TrainConfig& c);
 
 }  // namespace hyperparallel::train

@@ -246,7 +246,7 @@ const std::vector<KeyDef>& key_table() {
         {{"trust_remote_code", "bool", "false", "no effect: nothing from a model folder is ever executed"}, boolean(&C::trust_remote_code)},
         // fsdp_config
         {{"fsdp_config.dp_shard_size", "int, -1 or >= 1", "-1", "ranks one parameter is sharded over; world / dp_shard_size replicas (HSDP); -1: all"}, minus_one_or_positive([](C& c) -> int64_t& { return c.fsdp_config.dp_shard_size; })},
-        {{"fsdp_config.edp_shard_size", "int, -1 or >= 1", "-1", "expert-data-parallel shard size (with ep_size > 1, not supported yet)"}, minus_one_or_positive([](C& c) -> int64_t& { return c.fsdp_config.edp_shard_size; })},
+        {{"fsdp_config.edp_shard_size", "int, -1 or >= 1", "-1", "with ep_size > 1: how many ranks shard each expert's weights (FSDP over the experts, the edp axis); dp_shard_size x tp_size = edp_shard_size x ep_size, -1 infers it"}, minus_one_or_positive([](C& c) -> int64_t& { return c.fsdp_config.edp_shard_size; })},
         {{"fsdp_config.reshard_after_forward", "bool or int >= 2", "true", "free full parameters after forward; k: keep them sharded over k ranks"}, [](C& c, const std::string& k, const Value& v) {
            bool b = false;
            int64_t n = 0;
@@ -283,7 +283,7 @@ const std::vector<KeyDef>& key_table() {
         {{"accelerator.sequence_parallel", "bool", "false", "with tp_size > 1: norms and the residual stream sharded over the sequence"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.sequence_parallel = as_bool(k, v); }},
         {{"accelerator.loss_parallel", "bool", "false", "with tp_size > 1: the head split over the vocabulary, cross-entropy on the sharded logits"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.loss_parallel = as_bool(k, v); }},
         {{"accelerator.cp_size", "int >= 1", "1", "context parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::cp_size)},
-        {{"accelerator.ep_size", "int >= 1", "1", "expert parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::ep_size)},
+        {{"accelerator.ep_size", "int >= 1", "1", "expert parallel degree: the experts of each MoE layer divided over this many ranks, tokens sent to them by all-to-all (docs/ep.md); must divide num_experts and dp_shard_size x tp_size"}, parallel_degree(&AcceleratorConfig::ep_size)},
         {{"accelerator.pp_size", "int >= 1", "1", "pipeline parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::pp_size)},
     };
     return t;
@@ -438,7 +438,7 @@ void check_combinations(const TrainConfig& c) {
   }
   const AcceleratorConfig& a = c.accelerator;
   for (const auto& [name, size] : std::vector<std::pair<std::string, int64_t>>{
-           {"cp_size", a.cp_size}, {"ep_size", a.ep_size}, {"pp_size", a.pp_size}}) {
+           {"cp_size", a.cp_size}, {"pp_size", a.pp_size}}) {
     require(size == 1, "accelerator." + name + ": " + std::to_string(size) + " is not supported yet; FSDP/HSDP (fsdp_config.dp_shard_size) and tp_size are; set it to 1");
   }
   require(!a.sequence_parallel || a.tp_size > 1, "accelerator.sequence_parallel needs tp_size > 1 (it shards over the tp ranks); set tp_size or remove it");
@@ -460,7 +460,8 @@ void check_combinations(const TrainConfig& c) {
     require(c.learning_rate > kw.lr_end, "lr_scheduler_type: polynomial decays learning_rate to lr_scheduler_kwargs.lr_end (" +
                                              std::to_string(kw.lr_end) + "), which must be smaller than learning_rate");
   }
-  require(c.fsdp_config.edp_shard_size == -1, "fsdp_config.edp_shard_size applies with expert parallelism, which is not supported yet; remove it");
+  require(c.fsdp_config.edp_shard_size == -1 || a.ep_size > 1,
+          "fsdp_config.edp_shard_size applies with expert parallelism (accelerator.ep_size > 1); set ep_size or remove it");
 }
 
 }  // namespace

@@ -164,6 +164,46 @@ TEST(Checkpoint, TensorParallelCheckpointsLoadOnAnyLayout) {
   for (const auto& dir : {full, same, tp4, fsdp4, one, hsdp}) fs::remove_all(dir);
 }
 
+// A checkpoint written by EP2 x edp2 (each expert on one ep rank, FSDP-sharded over two)
+// holds each element once, resumes exactly on its own layout and within 1e-5 on EP4, on FSDP
+// without EP and on one process; the exported folders are the same model.
+TEST(Checkpoint, ExpertParallelCheckpointsLoadOnAnyLayout) {
+  const std::vector<std::string> moe = {"model_name_or_path=qwen3-moe-debug"};
+  const auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), moe.begin(), moe.end());
+    return extra;
+  };
+  const std::string full = temp_dir("ep2_edp2");
+  const std::vector<std::string> ep_layout = with({"per_device_train_batch_size=2", "accelerator.ep_size=2"});
+  train_on(4, full, ep_layout);
+  const std::string from = full + "/checkpoint-8";
+  const std::string same = temp_dir("same_ep"), ep4 = temp_dir("ep4"), fsdp2 = temp_dir("fsdp2_moe"), one = temp_dir("one_moe");
+  std::vector<std::string> resume_same = ep_layout;
+  resume_same.push_back("resume_from_checkpoint=" + from);
+  train_on(4, same, resume_same);
+  train_on(4, ep4, with({"per_device_train_batch_size=2", "accelerator.ep_size=4", "resume_from_checkpoint=" + from}));
+  train_on(2, fsdp2, with({"per_device_train_batch_size=4", "resume_from_checkpoint=" + from}));
+  train_on(1, one, with({"per_device_train_batch_size=8", "resume_from_checkpoint=" + from}));
+
+  EXPECT_EQ(parameter_elements_written(from), hp::models::debug_flavour_config("qwen3-moe-debug").parameter_count());
+  const auto reference = logged_losses(full);
+  ASSERT_EQ(reference.size(), 12u);
+  for (const auto& [step, loss] : logged_losses(same)) EXPECT_EQ(loss, reference.at(step)) << "step " << step;
+  for (const auto& dir : {ep4, fsdp2, one}) {
+    SCOPED_TRACE(dir);
+    const auto resumed = logged_losses(dir);
+    ASSERT_EQ(resumed.size(), 4u);
+    for (const auto& [step, loss] : resumed) EXPECT_NEAR(loss, reference.at(step), 1e-5 * reference.at(step)) << "step " << step;
+  }
+  const auto a = hp::io::SafetensorsFile(one + "/model.safetensors");
+  for (const auto& dir : {full, same, ep4}) {
+    const auto b = hp::io::SafetensorsFile(dir + "/model.safetensors");
+    ASSERT_EQ(a.entries().size(), b.entries().size()) << dir;
+    for (const auto& e : a.entries()) EXPECT_TRUE(at::allclose(a.read(e.name), b.read(e.name), 1e-5, 1e-6)) << dir << " " << e.name;
+  }
+  for (const auto& dir : {full, same, ep4, fsdp2, one}) fs::remove_all(dir);
+}
+
 TEST(Checkpoint, LatestSkipsUnfinishedSavesAndResumesInPlace) {
   const std::string dir = temp_dir("latest");
   train_on(2, dir, {"per_device_train_batch_size=4", "max_steps=8"});

@@ -8,12 +8,14 @@
 #include <gtest/gtest.h>
 #include <torch/optim/sgd.h>
 
+#include "hyperparallel/dtensor/parameter_specs.h"
 #include "hyperparallel/ep/expert_parallel.h"
 #include "hyperparallel/fsdp/clip_grad_norm.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/io/hf_checkpoint.h"
 #include "hyperparallel/mesh/device_mesh.h"
 #include "hyperparallel/models/auto_model.h"
+#include "hyperparallel/models/plan_overrides.h"
 #include "hyperparallel/platform/user_error.h"
 #include "support/multiprocess.h"
 
@@ -182,8 +184,8 @@ TEST(ExpertParallel, AllToAllBytesAreTheRoutedRows) {
 }
 
 // The whole model is visible on every rank: HF folders load into an expert-parallel model
-// (each rank reading only its experts), its full state dict is the file's, and a sharded
-// model's gradient norm weights count each expert once.
+// (each rank holding only its experts), its full state dict is the file's, and the whole
+// model's names come in the unsplit model's order.
 TEST(ExpertParallel, WholeModelViewsSeeEveryExpert) {
   testing::run_on_ranks(2, [](testing::RankContext& ctx) {
     const std::string dir = HP_SOURCE_DIR "/tests/fixtures/hf/qwen3_moe";
@@ -203,7 +205,44 @@ TEST(ExpertParallel, WholeModelViewsSeeEveryExpert) {
     EXPECT_EQ(full.size(), checkpoint.names().size());
     for (const auto& name : checkpoint.names()) EXPECT_TRUE(at::equal(full.at(name), checkpoint.read(name))) << name;
     EXPECT_EQ(fsdp::full_parameter_shapes(*model).size(), checkpoint.names().size());
+    // Export writes tensors in the unsplit model's order.
+    auto plain = models::AutoModelForCausalLM::from_pretrained(dir, deferred);
+    std::vector<std::string> plain_names;
+    for (const auto& item : plain->named_parameters()) plain_names.push_back(item.key());
+    EXPECT_EQ(dtensor::full_parameter_names(*model), plain_names);
   });
+}
+
+// The grouped_experts plan override (sort once, contiguous rows per expert, one scatter-add)
+// against the reference loop: logits and every gradient within 1e-6, with learned routing and
+// with every token on the same two experts.
+TEST(ExpertParallel, GroupedExpertsEqualTheLoop) {
+  for (bool forced : {false, true}) {
+    SCOPED_TRACE(forced ? "forced routing" : "learned routing");
+    auto loop = make_model(Layout{1, 1, 1, forced});
+    auto grouped = make_model(Layout{1, 1, 1, forced});
+    const auto replaced = models::apply_plan_overrides(*grouped, grouped->config(),
+                                                       {{"*.mlp", "Qwen3MoeSparseMoeBlock", "grouped_experts"}},
+                                                       models::ReplacementRegistry::with_builtins());
+    EXPECT_EQ(replaced.size(), static_cast<size_t>(grouped->config().num_hidden_layers));
+    auto gen = at::detail::createCPUGenerator(77);
+    models::CausalLMInput in;
+    in.input_ids = at::randint(loop->config().vocab_size, {3, 11}, gen, at::kLong);
+    in.labels = in.input_ids;
+    auto a = loop->forward(in), b = grouped->forward(in);
+    EXPECT_LE((a.logits - b.logits).abs().max().item<double>(), 1e-6);
+    a.loss.backward();
+    b.loss.backward();
+    auto grads = grouped->named_parameters();
+    for (const auto& item : loop->named_parameters()) {
+      ASSERT_TRUE(grads[item.key()].grad().defined()) << item.key();
+      EXPECT_LE((item.value().grad() - grads[item.key()].grad()).abs().max().item<double>(), 1e-6) << item.key();
+    }
+  }
+  auto dense = models::AutoModelForCausalLM::from_pretrained("qwen3-debug", {});
+  EXPECT_THROW(models::apply_plan_overrides(*dense, dense->config(), {{"*.mlp", "Qwen3MLP", "grouped_experts"}},
+                                            models::ReplacementRegistry::with_builtins()),
+               UserError);
 }
 
 TEST(ExpertParallel, SizesThatDoNotFitAreUserErrors) {

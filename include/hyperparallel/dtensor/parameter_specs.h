@@ -41,10 +41,15 @@ struct ParameterOwner {
   std::shared_ptr<comm::Communicator> group;  // the ranks the parameters are divided among
   int owner = 0;                              // the group rank that holds this one
   std::vector<int64_t> shape;                 // its (whole) shape
+  std::string set;                            // the parameters divided together (an MoE block's experts)
+  int64_t order = 0;                          // its position in the set, in the unsplit model's order
   bool held_here() const { return group->rank() == owner; }
 };
 void record_parameter_owner(torch::nn::Module& root, const std::string& name, const ParameterOwner& owner);
 // Every recorded owned parameter by name, held here or not (empty when none).
 const std::map<std::string, ParameterOwner>& parameter_owners(torch::nn::Module& root);
+// Every parameter name of the whole model in the unsplit model's named_parameters() order:
+// this rank's, with each set of owned parameters complete where its first local member is.
+std::vector<std::string> full_parameter_names(torch::nn::Module& root);
 
 }  // namespace hyperparallel::dtensor

@@ -10,6 +10,8 @@
 //   fused_qkv_attention  one GEMM for q, k and v; grouped KV heads without copies; scores
 //                        scaled and masked in place
 //   fused_rms_norm       one pass over each row forward and backward (fp32)
+//   grouped_experts      a sparse MoE block's pairs sorted by expert once, each expert on its
+//                        contiguous rows, one scatter-add (src/models/grouped_experts.h)
 // and users add their own. Every mistake is a UserError that lists what exists: unknown
 // replacement names, types the model does not have, a glob that matches nothing.
 #pragma once

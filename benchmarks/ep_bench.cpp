@@ -1,0 +1,147 @@
+// Expert parallelism vs FSDP on 4 ranks, a Qwen3-MoE with 16 experts (top-2), one global batch
+// of 8 x 256 tokens per step, AdamW, the caching host allocator installed:
+//   fsdp4          every expert on every rank, FSDP over 4 (each rank 2 rows), the loop over experts
+//   fsdp4_grouped  the same with the grouped_experts override (sort once, contiguous rows)
+//   ep4            4 experts per rank, all-to-all dispatch; dense layers FSDP over 4
+//   ep2_edp2       8 experts per rank, each expert FSDP-sharded over 2 ranks
+// Run under the launcher: hyperparallel run --nproc-per-node 4 -- ep_bench MODE STEPS.
+// Prints one line: RESULT mode=... step_ms=... exposed=... bytes_mb=... a2a_mb=... local_params=... rss_mb=...
+// `exposed` is the share of the step spent blocked in wait() on any of the job's groups,
+// `a2a_mb` the all-to-all bytes this rank sent per step (docs/benchmarks.md "Expert parallelism").
+#include <sys/resource.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <set>
+#include <string>
+
+#include "hyperparallel/comm/rendezvous.h"
+#include "hyperparallel/ep/expert_parallel.h"
+#include "hyperparallel/fsdp/fully_shard.h"
+#include "hyperparallel/mesh/device_mesh.h"
+#include "hyperparallel/models/auto_model.h"
+#include "hyperparallel/models/plan_overrides.h"
+#include "hyperparallel/platform/host_allocator.h"
+
+namespace hp = hyperparallel;
+
+namespace {
+
+constexpr int64_t kRows = 8, kSeq = 256;
+
+double peak_rss_mb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
+
+// ~27 M parameters, 80 % of them in the experts.
+hp::models::ModelConfig moe_config() {
+  hp::models::ModelConfig c = hp::models::debug_flavour_config("qwen3-moe-debug");
+  c.vocab_size = 8192;
+  c.hidden_size = 256;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.head_dim = 32;
+  c.num_experts = 16;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 448;
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "fsdp4";
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 4;
+  hp::platform::CachingHostAllocator::install();
+  auto world = hp::comm::init_process_group(hp::comm::rendezvous_info_from_env());
+  const int64_t n = world->size();
+  const int64_t ep = mode == "ep4" ? n : mode == "ep2_edp2" ? 2 : 1;
+  const auto config = moe_config();
+  hp::models::ModelLoadOptions options;
+  options.seed = 1;
+  if (mode == "fsdp4_grouped") options.plan_overrides = {{"*.mlp", "Qwen3MoeSparseMoeBlock", "grouped_experts"}};
+  auto model = hp::models::AutoModelForCausalLM::from_config(config, options);
+
+  const auto dense = hp::mesh::init_device_mesh(world, "cpu", {n}, {"dp_shard"});
+  std::vector<std::shared_ptr<hp::comm::Communicator>> groups{dense.comm()};
+  std::shared_ptr<hp::comm::Communicator> ep_comm;
+  hp::fsdp::FullyShardOptions shard;
+  shard.mesh = dense;
+  if (ep > 1) {
+    const auto experts = hp::mesh::init_device_mesh(world, "cpu", {n / ep, ep}, {"edp", "ep"});
+    hp::ep::parallelize_experts(*model, experts["ep"]);
+    hp::fsdp::FullyShardOptions expert_shard = shard;
+    expert_shard.mesh = experts["edp"];
+    for (auto* m : hp::ep::expert_modules(*model)) hp::fsdp::fully_shard(*m, expert_shard);
+    ep_comm = experts.comm("ep");
+    groups.push_back(ep_comm);
+    groups.push_back(experts.comm("edp"));
+  }
+  for (auto* layer : model->decoder_layers()) hp::fsdp::fully_shard(*layer, shard);
+  hp::fsdp::fully_shard(*model, shard);
+  std::set<hp::comm::Communicator*> seen;
+  std::vector<std::shared_ptr<hp::comm::Communicator>> distinct;
+  for (const auto& g : groups) {
+    if (seen.insert(g.get()).second) distinct.push_back(g);
+  }
+  int64_t local_params = 0;
+  for (const auto& p : model->parameters()) local_params += p.numel();
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
+  const auto waited = [&] {
+    double s = 0;
+    for (const auto& g : distinct) s += g->wait_seconds();
+    return s;
+  };
+  const auto bytes_now = [&](bool all_to_all_only) {
+    int64_t b = 0;
+    for (const auto& g : distinct) {
+      b += all_to_all_only ? g->counters()[hp::comm::CollectiveKind::kAllToAll].bytes : g->counters().total_bytes();
+    }
+    return b;
+  };
+
+  const int64_t rows = kRows / n;
+  std::vector<double> times;
+  double exposed = 0, total = 0;
+  int64_t bytes = 0, a2a = 0;
+  for (int s = 0; s < steps + 1; ++s) {  // the first step warms the allocator and the groups
+    auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(100 + s));
+    const at::Tensor ids = at::randint(config.vocab_size, {kRows, kSeq}, gen, at::kLong);
+    hp::models::CausalLMInput in;
+    in.input_ids = ids.narrow(0, world->rank() * rows, rows);
+    in.labels = in.input_ids;
+    in.output_router_logits = false;
+    world->barrier().wait();
+    const double wait_before = waited();
+    const int64_t bytes_before = bytes_now(false), a2a_before = bytes_now(true);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto out = model->forward(in);
+    opt.zero_grad();
+    out.loss.backward();
+    opt.step();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s == 0) continue;
+    times.push_back(dt);
+    total += dt;
+    exposed += waited() - wait_before;
+    bytes += bytes_now(false) - bytes_before;
+    a2a += bytes_now(true) - a2a_before;
+  }
+  std::sort(times.begin(), times.end());
+  at::Tensor rss = at::tensor({peak_rss_mb()}, at::kDouble);
+  world->all_reduce(rss, hp::comm::ReduceOp::kMax).wait();
+  if (world->rank() == 0) {
+    std::printf("RESULT mode=%s ranks=%lld params=%.1fM local_params=%.1fM step_ms=%.0f exposed=%.3f bytes_mb=%.1f "
+                "a2a_mb=%.1f rss_mb=%.0f\n",
+                mode.c_str(), static_cast<long long>(n), config.parameter_count() / 1e6, local_params / 1e6,
+                times[times.size() / 2] * 1e3, exposed / total, static_cast<double>(bytes) / steps / 1e6,
+                static_cast<double>(a2a) / steps / 1e6, rss.item<double>());
+  }
+  world->barrier().wait();
+  return 0;
+}
