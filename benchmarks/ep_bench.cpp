@@ -5,6 +5,8 @@
 //   ep4            4 experts per rank, all-to-all dispatch; dense layers FSDP over 4
 //   ep2_edp2       8 experts per rank, each expert FSDP-sharded over 2 ranks
 // Run under the launcher: hyperparallel run --nproc-per-node 4 -- ep_bench MODE STEPS.
+// `ep_bench grouped_vs_loop REPS` (one process) times one MoE block's forward + backward on
+// 2048 tokens with the loop and with grouped experts, interleaved, and prints both medians.
 // Prints one line: RESULT mode=... step_ms=... exposed=... bytes_mb=... a2a_mb=... local_params=... rss_mb=...
 // `exposed` is the share of the step spent blocked in wait() on any of the job's groups,
 // `a2a_mb` the all-to-all bytes this rank sent per step (docs/benchmarks.md "Expert parallelism").
@@ -14,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <string>
 
@@ -24,6 +27,7 @@
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/models/plan_overrides.h"
 #include "hyperparallel/platform/host_allocator.h"
+#include "models/grouped_experts.h"
 
 namespace hp = hyperparallel;
 
@@ -52,12 +56,49 @@ hp::models::ModelConfig moe_config() {
   return c;
 }
 
+double median_ms(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2] * 1e3;
+}
+
+// One block of the model, forward + backward, the loop and grouped experts taking turns.
+int grouped_vs_loop(int reps) {
+  const auto config = moe_config();
+  hp::models::ModelLoadOptions options;
+  options.seed = 1;
+  auto model = hp::models::AutoModelForCausalLM::from_config(config, options);
+  hp::models::SparseMoeBlock* block = nullptr;
+  for (const auto& item : model->named_modules()) {
+    if (!block) block = dynamic_cast<hp::models::SparseMoeBlock*>(item.value().get());
+  }
+  auto gen = at::detail::createCPUGenerator(3);
+  const int64_t rows = std::getenv("EP_BENCH_ROWS") ? std::atoll(std::getenv("EP_BENCH_ROWS")) : kRows;
+  const at::Tensor x = at::randn({rows, kSeq, config.hidden_size}, gen, at::kFloat).requires_grad_(true);
+  const at::Tensor grad = at::randn({rows, kSeq, config.hidden_size}, gen, at::kFloat);
+  const auto grouped = std::make_shared<hp::models::GroupedExpertDispatch>();
+  std::vector<double> loop_s, grouped_s;
+  for (int r = 0; r < reps + 1; ++r) {
+    for (bool use_grouped : {false, true}) {
+      block->dispatch = use_grouped ? grouped : nullptr;
+      const auto t0 = std::chrono::steady_clock::now();
+      (block->forward(x, nullptr) * grad).sum().backward();
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r > 0) (use_grouped ? grouped_s : loop_s).push_back(dt);
+    }
+  }
+  std::printf("RESULT mode=grouped_vs_loop tokens=%lld experts=%lld loop_ms=%.1f grouped_ms=%.1f ratio=%.3f\n",
+              static_cast<long long>(rows * kSeq), static_cast<long long>(config.num_experts), median_ms(loop_s),
+              median_ms(grouped_s), median_ms(grouped_s) / median_ms(loop_s));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "fsdp4";
   const int steps = argc > 2 ? std::atoi(argv[2]) : 4;
   hp::platform::CachingHostAllocator::install();
+  if (mode == "grouped_vs_loop") return grouped_vs_loop(steps);
   auto world = hp::comm::init_process_group(hp::comm::rendezvous_info_from_env());
   const int64_t n = world->size();
   const int64_t ep = mode == "ep4" ? n : mode == "ep2_edp2" ? 2 : 1;

@@ -34,13 +34,10 @@ void SparseMoeBlock::keep_experts(int64_t first, int64_t count) {
 
 at::Tensor SparseMoeBlock::run_local_experts(const at::Tensor& grouped, const std::vector<int64_t>& counts) {
   return fsdp::hooked_forward(*experts, grouped, [&](const at::Tensor& rows) {
-    std::vector<at::Tensor> outs;
-    int64_t start = 0;
-    for (int64_t l = 0; l < local_count; ++l) {
-      const int64_t n = counts.at(static_cast<size_t>(l));
-      outs.push_back((*expert(first_local + l))(rows.narrow(0, start, n), nullptr));
-      start += n;
-    }
+    // One split (its backward one concatenation), not a narrow per expert (whose backwards
+    // would each write a zero-filled tensor of all the rows).
+    std::vector<at::Tensor> outs = rows.split_with_sizes(counts, 0);
+    for (int64_t l = 0; l < local_count; ++l) outs[static_cast<size_t>(l)] = (*expert(first_local + l))(outs[static_cast<size_t>(l)], nullptr);
     return at::cat(outs, 0);
   });
 }
