@@ -78,6 +78,21 @@ std::vector<std::string> parallelize_experts(torch::nn::Module& root, const mesh
   return names;
 }
 
+void set_expert_capacity(torch::nn::Module& root, double factor) {
+  if (!(factor >= 0)) throw UserError("expert capacity factor " + std::to_string(factor) + " must be >= 0 (0: dropless)");
+  for (const NamedBlock& b : moe_blocks(root)) b.block->capacity_factor = factor;
+}
+
+ExpertLoad take_expert_load(torch::nn::Module& root) {
+  ExpertLoad load;
+  for (const NamedBlock& b : moe_blocks(root)) {
+    load.routed += b.block->routed_pairs;
+    load.dropped += b.block->dropped_pairs;
+    b.block->routed_pairs = b.block->dropped_pairs = 0;
+  }
+  return load;
+}
+
 std::vector<torch::nn::Module*> expert_modules(torch::nn::Module& root) {
   std::vector<torch::nn::Module*> out;
   for (const NamedBlock& b : moe_blocks(root)) out.push_back(b.block->experts.get());

@@ -65,7 +65,8 @@ at::Tensor AllToAllDispatch::combine(models::SparseMoeBlock& block, const at::Te
   const int64_t rows = tokens.size(0);
   const int64_t first = dtensor::shard_offset(rows, group.size(), group.rank());
   const int64_t count = dtensor::shard_length(rows, group.size(), group.rank());
-  models::Routing mine{routing.selected.narrow(0, first, count), dtensor::local_shard(routing.weights, 0, group)};
+  models::Routing mine{routing.selected.narrow(0, first, count), dtensor::local_shard(routing.weights, 0, group),
+                       routing.kept.defined() ? routing.kept.narrow(0, first, count) : at::Tensor()};
   const at::Tensor out = combine_own(block, dtensor::local_shard(tokens, 0, group), mine);
   dtensor::AllGatherOptions gather;
   gather.global_size = rows;

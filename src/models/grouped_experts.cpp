@@ -8,12 +8,15 @@
 namespace hyperparallel::models {
 
 SortedPairs sort_pairs_by_expert(const Routing& routing, int64_t num_experts) {
-  const at::Tensor pair_expert = routing.selected.reshape({-1});
+  at::Tensor pair_expert = routing.selected.reshape({-1});
+  // Dropped pairs (over capacity) sort behind every expert's, into a bin that is cut off.
+  if (routing.kept.defined()) pair_expert = pair_expert.masked_fill(routing.kept.reshape({-1}).logical_not(), num_experts);
   SortedPairs pairs;
-  pairs.order = std::get<1>(at::sort(pair_expert, c10::optional<bool>(true), /*dim=*/0));
+  const at::Tensor counts = at::bincount(pair_expert, {}, num_experts + 1).to(at::kLong).contiguous();
+  pairs.counts.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts);
+  const int64_t kept = pair_expert.numel() - counts.data_ptr<int64_t>()[num_experts];
+  pairs.order = std::get<1>(at::sort(pair_expert, c10::optional<bool>(true), /*dim=*/0)).narrow(0, 0, kept);
   pairs.token = at::div(pairs.order, routing.selected.size(1), "floor");
-  const at::Tensor counts = at::bincount(pair_expert, {}, num_experts).to(at::kLong).contiguous();
-  pairs.counts.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
   return pairs;
 }
 

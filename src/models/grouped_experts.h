@@ -17,9 +17,9 @@
 namespace hyperparallel::models {
 
 struct SortedPairs {
-  at::Tensor order;             // pair indices (token * k + slot) sorted by expert, stable
+  at::Tensor order;             // kept pair indices (token * k + slot) sorted by expert, stable
   at::Tensor token;             // the token of each sorted pair
-  std::vector<int64_t> counts;  // pairs per expert [E]
+  std::vector<int64_t> counts;  // kept pairs per expert [E] (pairs over capacity are left out)
 };
 SortedPairs sort_pairs_by_expert(const Routing& routing, int64_t num_experts);
 

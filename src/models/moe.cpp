@@ -2,6 +2,7 @@
 #include "moe.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "hyperparallel/fsdp/module_hooks.h"
@@ -52,10 +53,18 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& x, std::vector<at::Tensor>*
   if (norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
   top_weights = top_weights.to(x.scalar_type());
   if (router_logits_out) router_logits_out->push_back(logits);
-  if (dispatch) return dispatch->combine(*this, tokens, Routing{selected, top_weights}).reshape(shape);
+  Routing routing{selected, top_weights, at::Tensor()};
+  routed_pairs += selected.numel();
+  if (capacity_factor > 0) {
+    routing.kept = pairs_within_capacity(selected, num_experts, capacity_factor);
+    dropped_pairs += selected.numel() - routing.kept.sum().item<int64_t>();
+  }
+  if (dispatch) return dispatch->combine(*this, tokens, routing).reshape(shape);
   at::Tensor out = at::zeros_like(tokens);
   // expert_mask [experts, k, tokens]; torch.where order: by slot, then token.
-  const at::Tensor expert_mask = at::one_hot(selected, num_experts).permute({2, 1, 0});
+  at::Tensor pair_mask = at::one_hot(selected, num_experts);
+  if (routing.kept.defined()) pair_mask = pair_mask * routing.kept.unsqueeze(-1).to(pair_mask.scalar_type());
+  const at::Tensor expert_mask = pair_mask.permute({2, 1, 0});
   for (int64_t e = 0; e < num_experts; ++e) {
     const auto where = at::where(expert_mask[e]);
     const at::Tensor& slot = where[0];
@@ -70,6 +79,14 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& x, std::vector<at::Tensor>*
     out = out.index_add(0, token, expert_out.to(x.scalar_type()));
   }
   return out.reshape(shape);
+}
+
+at::Tensor pairs_within_capacity(const at::Tensor& selected, int64_t num_experts, double factor) {
+  const int64_t tokens = selected.size(0), k = selected.size(1);
+  const auto capacity = static_cast<int64_t>(std::ceil(factor * static_cast<double>(tokens * k) / static_cast<double>(num_experts)));
+  const at::Tensor by_priority = at::one_hot(selected.t().reshape({-1}), num_experts);  // [k * N, E]: first choices first
+  const at::Tensor position = (by_priority.cumsum(0) * by_priority).sum(1) - 1;        // among its expert's pairs
+  return position.lt(capacity).view({k, tokens}).t().contiguous();
 }
 
 RoutingSums routing_sums(const std::vector<at::Tensor>& router_logits, int64_t num_experts, int64_t top_k, const at::Tensor& attention_mask) {

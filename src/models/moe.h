@@ -26,10 +26,17 @@ namespace hyperparallel::models {
 class SparseMoeBlock;
 
 // The router's decision for a block's tokens [N, hidden]: `selected` [N, k] expert indices,
-// `weights` [N, k] their routing weights (in the tokens' dtype, with gradient).
+// `weights` [N, k] their routing weights (in the tokens' dtype, with gradient), and with a
+// capacity `kept` [N, k] (bool: the pairs within their expert's capacity; undefined: all).
 struct Routing {
-  at::Tensor selected, weights;
+  at::Tensor selected, weights, kept;
 };
+
+// Capacity: each expert takes at most ceil(factor x N x k / E) of a forward's N x k pairs;
+// pairs compete in priority order — every token's first choice (in token order) before any
+// second choice — and the rest are dropped (contribute nothing; the token keeps its other
+// experts and the residual). Returns `kept` [N, k].
+at::Tensor pairs_within_capacity(const at::Tensor& selected, int64_t num_experts, double factor);
 
 // Computes a block's output from its tokens and their routing: where the experts run and how
 // the tokens get there. Implemented by expert parallelism (src/ep/token_dispatch.h).
@@ -56,6 +63,8 @@ class SparseMoeBlock : public FeedForwardModule {
 
   int64_t num_experts, top_k;
   bool norm_topk_prob;
+  double capacity_factor = 0;                // 0: dropless (HF); > 0: see pairs_within_capacity
+  int64_t routed_pairs = 0, dropped_pairs = 0;  // counted by forward (ep::take_expert_load resets)
   int64_t first_local = 0, local_count = 0;  // the experts this rank holds
   std::shared_ptr<Linear> gate;
   std::shared_ptr<torch::nn::Module> experts;  // children "0" .. "E-1" (the local ones)

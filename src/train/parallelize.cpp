@@ -131,6 +131,13 @@ ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout,
     tp::parallelize_module(model, layout.mesh["tp"], tp::plan_for(model.config(), layout.tp(), options), mode);
     if (options.loss_parallel) tp::enable_loss_parallel(model, layout.mesh["tp"]);
   }
+  if (c.moe_capacity_factor > 0) {
+    if (model.config().num_experts <= 0) {
+      throw UserError("moe_capacity_factor applies to mixture-of-experts models, and " + model.config().model_type +
+                      " has no experts; remove it");
+    }
+    ep::set_expert_capacity(model, c.moe_capacity_factor);
+  }
   const fsdp::FullyShardOptions shard = shard_options(c, layout.dp_mesh, model);
   ParallelModel out;
   if (layout.expert_mesh) {

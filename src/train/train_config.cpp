@@ -225,6 +225,7 @@ const std::vector<KeyDef>& key_table() {
         {{"bf16", "bool | auto", "false", "compute in bfloat16 (parameters all-gathered in bf16, fp32 masters and reductions); auto: bf16 where every rank's CPU has AVX512_BF16 or AMX-BF16, else fp32 (the log says which)"}, set_bf16},
         {{"fp16", "bool", "false", "float16 compute is not supported (no fast fp16 kernels on CPU, and fp16 needs loss scaling); use bf16"}, boolean(&C::fp16)},
         {{"moe_aux_loss_scope", "global | micro_batch", "global", "MoE load-balancing loss over the tokens of all ranks' micro-batch (global: every data-parallel split gives the same step) or per rank and micro-batch as HF computes it in one forward (micro_batch)"}, choice(&C::moe_aux_loss_scope, {"global", "micro_batch"})},
+        {{"moe_capacity_factor", "float >= 0", "0", "MoE expert capacity: each expert takes at most ceil(factor x tokens x k / experts) of a forward's routed pairs (first choices first) and drops the rest, logged as moe_dropped_fraction; decided per micro-batch, so layouts agree only at the same micro-batches; 0: dropless, as HF (docs/ep.md)"}, [](C& c, const std::string& k, const Value& v) { c.moe_capacity_factor = as_float(k, v, 0, INFINITY, false, true, "a number >= 0 (0: dropless)"); }},
         {{"seed", "int >= 0", "42", "model initialisation (debug flavours) and data order"}, int_at_least(&C::seed, 0)},
         {{"resume_from_checkpoint", "string", "\"\"", "a checkpoint folder, or latest (the newest complete one in output_dir)"}, text(&C::resume_from_checkpoint)},
         // processes

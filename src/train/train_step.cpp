@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "hyperparallel/data/batch_sampler.h"
+#include "hyperparallel/ep/expert_parallel.h"
 #include "hyperparallel/fsdp/clip_grad_norm.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/models/causal_lm.h"
@@ -70,6 +71,7 @@ StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& g
   const double denominator = static_cast<double>(std::max<int64_t>(1, label_tokens));
   const double aux_coef = s.model.config().router_aux_loss_coef;
   double local_loss_sum = 0, aux_sum = 0;  // aux_sum: global values (same on every rank), or this rank's own
+  ep::take_expert_load(s.model);            // count this step's routed pairs only
   for (int64_t m = 0; m < s.accumulation; ++m) {
     std::vector<const data::TrainingRow*> mine;
     for (int64_t r : data::GlobalBatchSampler::rank_micro_batch(global, s.dp_rank, s.dp, m, s.accumulation)) mine.push_back(&data.rows[r]);
@@ -89,9 +91,14 @@ StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& g
     local_loss_sum += out.lm_loss_sum.item<double>();
   }
   // The squared gradient norm and the loss in one all-reduce.
+  const ep::ExpertLoad load = ep::take_expert_load(s.model);
   at::Tensor sums = at::stack({fsdp::local_squared_gradient_norm(s.model, s.norm_weights), at::scalar_tensor(local_loss_sum, at::kDouble),
-                               at::scalar_tensor(s.global_aux_loss ? 0.0 : aux_sum, at::kDouble)});
+                               at::scalar_tensor(s.global_aux_loss ? 0.0 : aux_sum, at::kDouble),
+                               at::scalar_tensor(static_cast<double>(load.routed), at::kDouble),
+                               at::scalar_tensor(static_cast<double>(load.dropped), at::kDouble)});
   s.world.all_reduce(sums).wait();
+  // tp ranks count the same pairs: the ratio is unchanged.
+  outcome.dropped_fraction = sums[3].item<double>() > 0 ? sums[4].item<double>() / sums[3].item<double>() : 0.0;
   outcome.grad_norm = std::sqrt(sums[0].item<double>());
   outcome.lm_loss = sums[1].item<double>() / static_cast<double>(s.tp) / denominator;  // tp ranks share each micro-batch
   // The step's aux loss: the mean over micro-batches of the pooled value (global), or over

@@ -60,6 +60,7 @@ struct StepOutcome {
   double loss = 0;       // lm_loss + router_aux_loss_coef x aux_loss (= lm_loss for dense models), as HF reports it
   double lm_loss = 0;    // mean over the global batch's label tokens
   double aux_loss = 0;   // MoE load-balancing loss (0 for dense models)
+  double dropped_fraction = 0;  // MoE with a capacity: routed pairs dropped, over all ranks
   double grad_norm = 0;  // before clipping
   int64_t input_tokens = 0;  // of the global batch
 };

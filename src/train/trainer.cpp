@@ -351,7 +351,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   std::vector<std::pair<int64_t, double>> logged = leader ? trainer_log->kept() : std::vector<std::pair<int64_t, double>>{};
   double interval_loss = 0, interval_tokens_per_s = 0;
   int64_t interval_steps = 0;
-  double interval_aux = 0;  // MoE
+  double interval_aux = 0, interval_dropped = 0;  // MoE
   const auto t_start = Clock::now();
   for (int64_t step = start_step; step < total_steps; ++step) {
     const auto t_step = Clock::now();
@@ -359,6 +359,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     const StepOutcome done = run_optimizer_step(step_setup, sampler.global_batch_rows(position), lr);
     const double step_loss = done.loss, grad_norm = done.grad_norm;
     interval_aux += done.aux_loss;
+    interval_dropped += done.dropped_fraction;
     const int64_t input_tokens = done.input_tokens;
     position = sampler.next(position);
 
@@ -384,8 +385,9 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
       if (moe) {  // the total loss is HF's: lm_loss + router_aux_loss_coef x aux_loss
         const double mean_aux = interval_aux / static_cast<double>(interval_steps);
         moe_fields = {{"aux_loss", mean_aux}, {"lm_loss", mean_loss - model->config().router_aux_loss_coef * mean_aux}};
+        if (c.moe_capacity_factor > 0) moe_fields["moe_dropped_fraction"] = interval_dropped / static_cast<double>(interval_steps);
       }
-      interval_aux = 0;
+      interval_aux = interval_dropped = 0;
       nlohmann::json record{{"step", step + 1}, {"loss", mean_loss}, {"grad_norm", grad_norm}, {"lr", lr}, {"epoch", epoch},
                           {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed}, {"peak_rss_mib", peak_rss_mib()},
                           {"mfu", flops_per_token * throughput / (roofline_gflops * 1e9)},

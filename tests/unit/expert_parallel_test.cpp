@@ -29,6 +29,7 @@ constexpr int64_t kRowsPerGroup = 2, kSeq = 8, kSteps = 5;
 struct Layout {
   int world = 1, ep = 1, token_groups = 1;
   bool forced_routing = false;
+  double capacity = 0;  // ep::set_expert_capacity; 0 dropless
 };
 
 struct Run {
@@ -40,6 +41,7 @@ std::shared_ptr<models::CausalLM> make_model(const Layout& layout) {
   models::ModelLoadOptions options;
   options.seed = 13;
   auto model = models::AutoModelForCausalLM::from_pretrained("qwen3-moe-debug", options);
+  ep::set_expert_capacity(*model, layout.capacity);
   if (layout.forced_routing) {
     // A zero router scores every expert alike: top-k picks the same two for every token.
     at::NoGradGuard no_grad;
@@ -87,14 +89,20 @@ Run train(const testing::RankContext* ctx, const Layout& layout) {
     auto gen = at::detail::createCPUGenerator(300 + s);
     at::Tensor ids = at::randint(model->config().vocab_size, {groups * kRowsPerGroup, kSeq}, gen, at::kLong);
     ids.narrow(0, 0, kRowsPerGroup).fill_(7);
-    models::CausalLMInput in;
-    in.input_ids = ctx ? ids.narrow(0, group * kRowsPerGroup, kRowsPerGroup) : ids;
-    in.labels = in.input_ids;
-    in.output_router_logits = false;
-    auto out = model->forward(in);
+    // The plain model runs the whole batch in one forward, or with a capacity (decided per
+    // forward) one forward per micro-batch, its gradients accumulated.
+    const bool per_group = !ctx && layout.capacity > 0;
     opt.zero_grad();
-    (out.lm_loss_sum / label_tokens).backward();
-    at::Tensor loss = out.lm_loss_sum.detach().reshape({1}) / label_tokens;
+    at::Tensor loss = at::zeros({1}, at::kDouble);
+    for (int64_t g = 0; g < (per_group ? groups : 1); ++g) {
+      models::CausalLMInput in;
+      in.input_ids = ctx ? ids.narrow(0, group * kRowsPerGroup, kRowsPerGroup) : per_group ? ids.narrow(0, g * kRowsPerGroup, kRowsPerGroup) : ids;
+      in.labels = in.input_ids;
+      in.output_router_logits = false;
+      auto out = model->forward(in);
+      (out.lm_loss_sum / label_tokens).backward();
+      loss += out.lm_loss_sum.detach().reshape({1}).to(at::kDouble) / label_tokens;
+    }
     if (ctx) {
       run.grad_norms.push_back(fsdp::clip_grad_norm_(*model, 0, *ctx->world));
       ctx->world->all_reduce(loss).wait();
@@ -119,7 +127,8 @@ Run train(const testing::RankContext* ctx, const Layout& layout) {
 
 void expect_matches_one_process(testing::RankContext& ctx, const Layout& layout) {
   SCOPED_TRACE("world " + std::to_string(layout.world) + " ep " + std::to_string(layout.ep) + " token groups " +
-               std::to_string(layout.token_groups) + (layout.forced_routing ? " forced routing" : ""));
+               std::to_string(layout.token_groups) + (layout.forced_routing ? " forced routing" : "") + " capacity " +
+               std::to_string(layout.capacity));
   const Run ref = train(nullptr, layout);
   const Run got = train(&ctx, layout);
   for (size_t s = 0; s < ref.losses.size(); ++s) {
@@ -243,6 +252,41 @@ TEST(ExpertParallel, GroupedExpertsEqualTheLoop) {
   EXPECT_THROW(models::apply_plan_overrides(*dense, dense->config(), {{"*.mlp", "Qwen3MLP", "grouped_experts"}},
                                             models::ReplacementRegistry::with_builtins()),
                UserError);
+}
+
+// A capacity factor drops the same pairs on every path: the count is what the priority rule
+// gives (every token forced onto the same two experts: each keeps its first ceil(N·k/E)
+// pairs), grouped experts equal the loop, and EP2 / EP4 with token groups train as the plain
+// model run per micro-batch.
+TEST(ExpertParallel, CapacityDropsTheSamePairsOnEveryPath) {
+  {
+    auto model = make_model(Layout{1, 1, 1, true, 1.0});
+    models::CausalLMInput in;
+    auto gen = at::detail::createCPUGenerator(9);
+    in.input_ids = at::randint(model->config().vocab_size, {2, 10}, gen, at::kLong);
+    model->forward(in);
+    const int64_t pairs = 20 * 2, capacity = (pairs + 7) / 8, layers = model->config().num_hidden_layers;
+    const ep::ExpertLoad load = ep::take_expert_load(*model);
+    EXPECT_EQ(load.routed, pairs * layers);
+    EXPECT_EQ(load.dropped, (pairs - 2 * capacity) * layers);  // two experts keep `capacity` each
+    EXPECT_EQ(ep::take_expert_load(*model).routed, 0);
+  }
+  for (double capacity : {0.5, 1.25}) {
+    auto loop = make_model(Layout{1, 1, 1, false, capacity});
+    auto grouped = make_model(Layout{1, 1, 1, false, capacity});
+    models::apply_plan_overrides(*grouped, grouped->config(), {{"*.mlp", "Qwen3MoeSparseMoeBlock", "grouped_experts"}},
+                                 models::ReplacementRegistry::with_builtins());
+    auto gen = at::detail::createCPUGenerator(78);
+    models::CausalLMInput in;
+    in.input_ids = at::randint(loop->config().vocab_size, {3, 11}, gen, at::kLong);
+    EXPECT_LE((loop->forward(in).logits - grouped->forward(in).logits).abs().max().item<double>(), 1e-6) << capacity;
+    EXPECT_GT(ep::take_expert_load(*loop).dropped, 0) << capacity;
+  }
+  testing::run_on_ranks(4, [](testing::RankContext& ctx) {
+    expect_matches_one_process(ctx, Layout{4, 2, 1, false, 1.0});
+    expect_matches_one_process(ctx, Layout{4, 4, 2, false, 0.75});
+  });
+  EXPECT_THROW(ep::set_expert_capacity(*make_model(Layout{}), -1), UserError);
 }
 
 TEST(ExpertParallel, SizesThatDoNotFitAreUserErrors) {

@@ -138,6 +138,8 @@ TEST(TrainConfig, BadConfigsFailWithExitCode2NamingTheKey) {
       {"fsdp_config:\n  reshard_after_forward: 1\n", "fsdp_config.reshard_after_forward: '1' is not allowed; expected true, false or an integer >= 2"},
       {"fsdp_config:\n  mix_precision:\n    param_dtype: float16\n", "fsdp_config.mix_precision.param_dtype: 'float16' is not allowed; expected float32 | bfloat16"},
       {"fsdp_config:\n  edp_shard_size: 2\n", "fsdp_config.edp_shard_size applies with expert parallelism (accelerator.ep_size > 1)"},
+      {"moe_capacity_factor: -1\n", "moe_capacity_factor: '-1' is not allowed; expected a number >= 0 (0: dropless)"},
+      {"moe_capacity_factor: 1.0\n", "moe_capacity_factor applies to mixture-of-experts models, and qwen3 has no experts; remove it"},
       {"accelerator:\n  ep_size: 2\n", "accelerator.ep_size / fsdp_config.edp_shard_size: ep(2) does not divide dp_shard(1) x cp(1) x tp(1) = 1"},
       {"fsdp_config:\n  replicate_params: ['*nothing*']\n", "fsdp_config.replicate_params: '*nothing*' matches no parameter"},
       {"plan_overrides:\n  - {match: '*', module_type: Qwen3RMSNorm}\n", "plan_overrides[0] needs match, module_type and replace_module"},

@@ -227,6 +227,37 @@ TEST(Trainer, ExpertParallelLayoutsMatchThePlainModel) {
   for (const auto& [name, ranks, layout] : layouts) fs::remove_all(temp_dir(name));
 }
 
+// A capacity factor drops pairs per micro-batch: FSDP2, EP2 and EP2 x TP2 with sequence
+// parallelism see the same micro-batches, so they drop the same pairs (the logged fraction)
+// and train alike.
+TEST(Trainer, ExpertCapacityDropsTheSamePairsOnEveryLayout) {
+  const std::vector<std::string> moe = {"model_name_or_path=qwen3-moe-debug", "max_steps=10", "learning_rate=3.0e-3",
+                                        "moe_capacity_factor=1.0", "per_device_train_batch_size=4"};
+  const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
+      {"capacity_fsdp2", 2, {}},
+      {"capacity_ep2", 2, {"accelerator.ep_size=2"}},
+      {"capacity_ep2_tp2_sp", 4, {"accelerator.ep_size=2", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}}};
+  for (const auto& [name, ranks, layout] : layouts) {
+    std::vector<std::string> extra = moe;
+    extra.insert(extra.end(), layout.begin(), layout.end());
+    train_on(ranks, temp_dir(name), extra, 10);
+  }
+  const auto ref = logged_losses(temp_dir("capacity_fsdp2"));
+  const auto ref_dropped = logged(temp_dir("capacity_fsdp2"), "moe_dropped_fraction");
+  ASSERT_EQ(ref_dropped.size(), 10u);
+  EXPECT_GT(ref_dropped.front(), 0.01);
+  for (const auto& [name, ranks, layout] : layouts) {
+    SCOPED_TRACE(name);
+    const auto losses = logged_losses(temp_dir(name)), dropped = logged(temp_dir(name), "moe_dropped_fraction");
+    ASSERT_EQ(losses.size(), 10u);
+    for (size_t s = 0; s < losses.size(); ++s) {
+      EXPECT_NEAR(losses[s], ref[s], 1e-5 * ref[s]) << "step " << s + 1;
+      EXPECT_NEAR(dropped[s], ref_dropped[s], 1e-12) << "step " << s + 1;
+    }
+  }
+  for (const auto& [name, ranks, layout] : layouts) fs::remove_all(temp_dir(name));
+}
+
 TEST(Trainer, ExpertParallelLayoutsThatDoNotFitAreUserErrors) {
   const std::vector<std::tuple<int, std::vector<std::string>, std::string>> misfits = {
       {2, {"accelerator.ep_size=2"}, "accelerator.ep_size 2 divides the experts of a mixture-of-experts model, and qwen3 has none; set ep_size: 1"},

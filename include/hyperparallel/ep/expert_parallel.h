@@ -55,7 +55,21 @@ std::vector<std::string> parallelize_experts(torch::nn::Module& root, const mesh
 // over the expert-data-parallel ranks.
 std::vector<torch::nn::Module*> expert_modules(torch::nn::Module& root);
 
-// The ep degrees up to `limit` that divide every MoE block's expert count of `root`, as "1, 2, 4".
+// The ep degrees up to `limit` that divide `num_experts`, as "1, 2, 4".
 std::string valid_ep_sizes(int64_t num_experts, int64_t limit);
+
+// Expert capacity for every MoE block under `root`: each expert takes at most
+// ceil(factor x N x k / E) of a forward's N x k (token, slot) pairs — first choices before
+// second ones, in token order — and drops the rest (they add nothing; the residual carries the
+// token). Decided per forward on the tokens the block sees (before tensor-parallel ranks split
+// them), so a run with a capacity equals another layout only at the same micro-batches.
+// 0 (the default): dropless. With or without expert parallelism.
+void set_expert_capacity(torch::nn::Module& root, double factor);
+
+// Pairs routed and dropped by the MoE blocks under `root` since the last call (then reset).
+struct ExpertLoad {
+  int64_t routed = 0, dropped = 0;
+};
+ExpertLoad take_expert_load(torch::nn::Module& root);
 
 }  // namespace hyperparallel::ep

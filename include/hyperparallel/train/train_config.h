@@ -113,6 +113,7 @@ struct TrainConfig {
   bool bf16_auto = false;  // bf16: auto, resolved by the trainer from every rank's CPU
   bool fp16 = false;  // refused with the reason: bf16 is the half-precision mode here
   std::string moe_aux_loss_scope = "global";  // global | micro_batch (train_step.h)
+  double moe_capacity_factor = 0;             // 0: dropless (ep::set_expert_capacity)
   int64_t seed = 42;
   std::string resume_from_checkpoint;  // "" | PATH | latest
   // processes
