@@ -34,6 +34,7 @@ void record_owners(torch::nn::Module& root, const NamedBlock& b, const std::shar
       owner.group = group;
       owner.owner = static_cast<int>(e / per_rank);
       owner.shape = p.value().sizes().vec();
+      owner.dtype = p.value().scalar_type();
       owner.set = b.name + ".experts";
       owner.order = order++;
       dtensor::record_parameter_owner(root, b.name + ".experts." + std::to_string(e) + "." + p.key(), owner);

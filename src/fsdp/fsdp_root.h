@@ -25,6 +25,9 @@ class FSDPRoot {
   void on_pre_forward(FSDPUnit* unit);
   void on_pre_backward(FSDPUnit* unit);
   void finish_backward();
+  // Between the first pre-backward of a step and the end of its backward: a forward now is
+  // activation recompute (models/recompute.h), not the next step's.
+  bool in_backward() const { return callback_queued_; }
 
   WarmMemoryPool* pool() { return &pool_; }
   void unsharded_acquired(FSDPUnit* unit);

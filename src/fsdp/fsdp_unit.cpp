@@ -345,9 +345,17 @@ void FSDPUnit::enter(std::initializer_list<TrainingState> from, TrainingState to
 }
 
 void FSDPUnit::pre_forward() {
-  // A forward inside backward would be activation recompute, which is not built yet.
   enter({TrainingState::kIdle, TrainingState::kForward}, TrainingState::kForward);
   forward_started_ = platform::TraceRecorder::Clock::now();
+  // A forward during backward is activation recompute of a segment holding this unit: its
+  // parameters are gathered for it and kept for the backward that follows at once; nothing is
+  // prefetched and the forward order stays as recorded.
+  recomputing_ = root_ && root_->in_backward();
+  if (recomputing_) {
+    unshard();
+    register_grad_hooks();
+    return;
+  }
   if (!root_) {
     // The first unit to run forward is the root; it adopts every unit below it.
     auto units = units_below();
@@ -389,7 +397,7 @@ at::Tensor FSDPUnit::post_forward(at::Tensor output) {
     forwards_done_ = 0;
     enter({TrainingState::kForward}, TrainingState::kIdle);
   }
-  if (last && !is_root_ && settings_.reshard_after_forward) {
+  if (last && !is_root_ && settings_.reshard_after_forward && !recomputing_) {
     if (settings_.post_forward_group > 0) {
       reshard_post_forward();
     } else {

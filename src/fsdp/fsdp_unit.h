@@ -149,6 +149,7 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
 
   std::vector<torch::nn::Module*> modules_;
   size_t forwards_done_ = 0;  // of modules_ this step: a list unit reshards after the last
+  bool recomputing_ = false;  // this forward runs inside backward (activation recompute)
   std::shared_ptr<comm::Communicator> shard_comm_;
   std::shared_ptr<comm::Communicator> replicate_comm_;  // HSDP only
   std::shared_ptr<comm::Communicator> dp_comm_;         // every data-parallel rank

@@ -7,6 +7,7 @@
 #include "hyperparallel/fsdp/module_hooks.h"
 #include "hyperparallel/platform/user_error.h"
 #include "moe.h"
+#include "recompute.h"
 #include "rotary.h"
 
 namespace hyperparallel::models {
@@ -31,9 +32,17 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, int64_t index, ParamFactory& fa
 
 at::Tensor DecoderLayer::forward(const at::Tensor& hidden, const AttentionInputs& inputs, std::vector<at::Tensor>* router_logits) {
   return fsdp::hooked_forward(*this, hidden, [&](const at::Tensor& x) {
-    const at::Tensor h = x + (*self_attn)((*input_layernorm)(x), inputs);
-    return h + (*mlp)((*post_attention_layernorm)(h), router_logits);
+    if (!recompute || inputs.cache) return body(x, inputs, router_logits);
+    const AttentionInputs shared = inputs;  // by value: the segment runs again in backward
+    return run_with_recompute(
+        x, [this, shared](const at::Tensor& in, std::vector<at::Tensor>* logits) { return body(in, shared, logits); },
+        router_logits);
   });
+}
+
+at::Tensor DecoderLayer::body(const at::Tensor& x, const AttentionInputs& inputs, std::vector<at::Tensor>* router_logits) {
+  const at::Tensor h = x + (*self_attn)((*input_layernorm)(x), inputs);
+  return h + (*mlp)((*post_attention_layernorm)(h), router_logits);
 }
 
 void DecoderLayer::replace_child(const std::string& name, std::shared_ptr<torch::nn::Module> replacement) {

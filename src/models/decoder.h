@@ -28,6 +28,10 @@ class DecoderLayer : public torch::nn::Module, public ModuleSlots {
   std::shared_ptr<NormModule> input_layernorm, post_attention_layernorm;
   std::shared_ptr<AttentionModule> self_attn;
   std::shared_ptr<FeedForwardModule> mlp;
+  bool recompute = false;  // activation checkpointing (models/activation_checkpoint.h)
+
+ private:
+  at::Tensor body(const at::Tensor& x, const AttentionInputs& inputs, std::vector<at::Tensor>* router_logits);
 };
 
 class DecoderModel : public torch::nn::Module, public ModuleSlots {

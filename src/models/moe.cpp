@@ -6,6 +6,7 @@
 #include <string>
 
 #include "hyperparallel/fsdp/module_hooks.h"
+#include "recompute.h"
 
 namespace hyperparallel::models {
 
@@ -54,12 +55,21 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& x, std::vector<at::Tensor>*
   top_weights = top_weights.to(x.scalar_type());
   if (router_logits_out) router_logits_out->push_back(logits);
   Routing routing{selected, top_weights, at::Tensor()};
-  routed_pairs += selected.numel();
+  const bool counted = !recomputing();  // a recompute routes the same pairs again
+  if (counted) routed_pairs += selected.numel();
   if (capacity_factor > 0) {
     routing.kept = pairs_within_capacity(selected, num_experts, capacity_factor);
-    dropped_pairs += selected.numel() - routing.kept.sum().item<int64_t>();
+    if (counted) dropped_pairs += selected.numel() - routing.kept.sum().item<int64_t>();
   }
   if (dispatch) return dispatch->combine(*this, tokens, routing).reshape(shape);
+  // Inside `experts`' hooks, as the dispatch paths run them (FSDP may shard the experts).
+  return fsdp::hooked_forward(*experts, tokens, [&](const at::Tensor& rows) { return loop_over_experts(rows, routing); })
+      .reshape(shape);
+}
+
+at::Tensor SparseMoeBlock::loop_over_experts(const at::Tensor& tokens, const Routing& routing) {
+  const at::Tensor& selected = routing.selected;
+  const at::Tensor& top_weights = routing.weights;
   at::Tensor out = at::zeros_like(tokens);
   // expert_mask [experts, k, tokens]; torch.where order: by slot, then token.
   at::Tensor pair_mask = at::one_hot(selected, num_experts);
@@ -76,17 +86,24 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& x, std::vector<at::Tensor>*
     // while its peers issue it, and the ranks' collectives would pair up wrongly.
     const at::Tensor expert_out =
         (*expert_mlps[e])(tokens.index_select(0, token), nullptr) * top_weights.index({token, slot}).unsqueeze(-1);
-    out = out.index_add(0, token, expert_out.to(x.scalar_type()));
+    out = out.index_add(0, token, expert_out.to(tokens.scalar_type()));
   }
-  return out.reshape(shape);
+  return out;
 }
 
 at::Tensor pairs_within_capacity(const at::Tensor& selected, int64_t num_experts, double factor) {
-  const int64_t tokens = selected.size(0), k = selected.size(1);
-  const auto capacity = static_cast<int64_t>(std::ceil(factor * static_cast<double>(tokens * k) / static_cast<double>(num_experts)));
-  const at::Tensor by_priority = at::one_hot(selected.t().reshape({-1}), num_experts);  // [k * N, E]: first choices first
-  const at::Tensor position = (by_priority.cumsum(0) * by_priority).sum(1) - 1;        // among its expert's pairs
-  return position.lt(capacity).view({k, tokens}).t().contiguous();
+  const int64_t tokens = selected.size(0), k = selected.size(1), pairs = tokens * k;
+  const double wanted = std::ceil(factor * static_cast<double>(pairs) / static_cast<double>(num_experts));
+  const int64_t capacity = wanted >= static_cast<double>(pairs) ? pairs : static_cast<int64_t>(wanted);
+  // Each pair's place among its expert's pairs in priority order (first choices first), from
+  // one stable sort by expert: O(pairs) memory, no [pairs, experts] one-hot.
+  const at::Tensor by_priority = selected.t().reshape({-1});
+  const at::Tensor order = std::get<1>(at::sort(by_priority, c10::optional<bool>(true), /*dim=*/0));
+  const at::Tensor counts = at::bincount(by_priority, {}, num_experts);
+  const at::Tensor starts = counts.cumsum(0) - counts;
+  const at::Tensor place_sorted = at::arange(pairs, at::kLong) - starts.index_select(0, by_priority.index_select(0, order));
+  const at::Tensor place = at::empty_like(place_sorted).index_put_({order}, place_sorted);
+  return place.lt(capacity).view({k, tokens}).t().contiguous();
 }
 
 RoutingSums routing_sums(const std::vector<at::Tensor>& router_logits, int64_t num_experts, int64_t top_k, const at::Tensor& attention_mask) {

@@ -64,12 +64,16 @@ class SparseMoeBlock : public FeedForwardModule {
   int64_t num_experts, top_k;
   bool norm_topk_prob;
   double capacity_factor = 0;                // 0: dropless (HF); > 0: see pairs_within_capacity
-  int64_t routed_pairs = 0, dropped_pairs = 0;  // counted by forward (ep::take_expert_load resets)
+  int64_t routed_pairs = 0, dropped_pairs = 0;  // counted by forward, not by a recompute (ep::take_expert_load resets)
   int64_t first_local = 0, local_count = 0;  // the experts this rank holds
   std::shared_ptr<Linear> gate;
   std::shared_ptr<torch::nn::Module> experts;  // children "0" .. "E-1" (the local ones)
   std::vector<std::shared_ptr<Mlp>> expert_mlps;  // by global index; null when not local
   std::shared_ptr<ExpertDispatch> dispatch;       // null: every expert runs here
+
+ private:
+  // transformers' loop: per expert, its pairs' rows gathered, computed, weighted and added.
+  at::Tensor loop_over_experts(const at::Tensor& tokens, const Routing& routing);
 };
 
 // The sums transformers' load_balancing_loss_func is made of, for a batch: `counts` [k, E]

@@ -23,7 +23,7 @@ constexpr const char* kCudaOnly = "a CUDA/NPU kernel or runtime setting; this bu
 constexpr const char* kLoader = "data loading here is in-process and deterministic; there are no loader workers";
 constexpr const char* kNoEval = "settings of HF's evaluation loop and metrics; the evaluation here reports eval_loss (train/eval_loss.h)";
 constexpr const char* kCheckpointing =
-    "activation checkpointing is not implemented yet: every activation is kept (same numbers, more memory)";
+    "activation checkpointing here is always the reentrant recompute of whole decoder layers (activation_checkpoint.*, docs/memory.md)";
 constexpr const char* kHub = "nothing is uploaded; the exported model is a local folder";
 
 std::vector<ForeignKey> build_table() {
@@ -39,9 +39,7 @@ std::vector<ForeignKey> build_table() {
   ignored({"flash_attn", "use_v1_kernels", "enable_liger_kernel", "use_liger_kernel", "use_kernels"},
           "attention and fused kernels here are this library's own CPU kernels, always on (docs/models.md)");
   refused({"disable_shuffling"}, "rows are always shuffled per epoch (seed decides the order); remove the key");
-  ignored({"disable_gradient_checkpointing", "gradient_checkpointing", "gradient_checkpointing_kwargs", "use_reentrant_gc",
-           "use_unsloth_gc"},
-          kCheckpointing);
+  ignored({"gradient_checkpointing_kwargs", "use_reentrant_gc", "use_unsloth_gc"}, kCheckpointing);
   ignored({"low_cpu_mem_usage", "offload_folder", "device_map", "compute_dtype", "infer_dtype", "model_max_length",
            "block_diag_attn", "print_param_status", "use_kv_cache"},
           "set internally by LlamaFactory or used only at inference; no effect on training here");
@@ -232,8 +230,9 @@ std::vector<std::pair<std::string, YAML::Node>> read_hyper_parallel_args(const s
       if (v != "none" && v != "recompute" && v != "swap") {
         throw UserError(where + ": " + excerpt(v.dump()) + " is not one of none | recompute | swap");
       }
-      // recompute / swap trade compute for memory and change no number; not implemented yet,
-      // so the run keeps every activation (as activation_checkpoint keys do).
+      // recompute: activation checkpointing of every decoder layer. swap (saved inputs moved
+      // to host memory) is not implemented: the run keeps every activation, same numbers.
+      if (v == "recompute") out.emplace_back("activation_checkpoint.mode", YAML::Node("full"));
     } else if (name == "activation_swap_inputs") {
       // Only meaningful with activation_mode: swap.
     } else {

@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include "hyperparallel/ep/expert_parallel.h"
+#include "hyperparallel/models/activation_checkpoint.h"
 #include "hyperparallel/models/causal_lm.h"
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/tp/loss_parallel.h"
@@ -73,6 +74,35 @@ void check_experts_fit(const models::ModelConfig& config, int64_t ep) {
   }
 }
 
+// Backward prefetch with expert units nested in their layers. The recorded forward order
+// [L0, E0, L1, E1, ...] would have each unit prefetch the one recorded before it, so L_i would
+// gather E_(i-1) for the whole of its backward and gather itself only when needed. In backward
+// L_i's experts run first (the MoE block ends the layer), then its attention, then L_(i-1):
+// so L_i prefetches its own experts E_i, and E_i (or a dense L_i) the previous layer and its
+// experts, which then arrive while L_i's attention runs backward.
+void order_backward_prefetch(const models::ModelConfig& config, std::vector<fsdp::FSDPModule>& units, size_t expert_units) {
+  const int64_t layers = config.num_hidden_layers;
+  std::vector<std::optional<fsdp::FSDPModule>> experts_of(static_cast<size_t>(layers));
+  size_t next = 0;
+  for (int64_t i = 0; i < layers && next < expert_units; ++i) {
+    if (config.is_moe_layer(i)) experts_of[static_cast<size_t>(i)] = units[next++];
+  }
+  const auto layer = [&](int64_t i) { return units[expert_units + static_cast<size_t>(i)]; };
+  for (int64_t i = 0; i < layers; ++i) {
+    std::vector<fsdp::FSDPModule> previous;
+    if (i > 0) {
+      previous.push_back(layer(i - 1));
+      if (experts_of[static_cast<size_t>(i - 1)]) previous.push_back(*experts_of[static_cast<size_t>(i - 1)]);
+    }
+    if (auto& e = experts_of[static_cast<size_t>(i)]) {
+      layer(i).set_modules_to_backward_prefetch({*e});
+      e->set_modules_to_backward_prefetch(previous);
+    } else {
+      layer(i).set_modules_to_backward_prefetch(previous);
+    }
+  }
+}
+
 // Expert parallelism over layout.expert_mesh["ep"]; the tp ranks split their shared tokens.
 void parallelize_experts(models::CausalLM& model, const ParallelLayout& layout) {
   check_experts_fit(model.config(), layout.dims.ep);
@@ -82,6 +112,11 @@ void parallelize_experts(models::CausalLM& model, const ParallelLayout& layout) 
 }
 
 }  // namespace
+
+std::string activation_checkpoint_mode(const TrainConfig& c) {
+  if (c.disable_gradient_checkpointing) return "off";
+  return c.gradient_checkpointing ? "full" : c.activation_checkpoint.mode;
+}
 
 ParallelLayout build_layout(const TrainConfig& c, const std::shared_ptr<comm::Communicator>& world) {
   const int64_t n = world->size(), tp = c.accelerator.tp_size;
@@ -138,17 +173,26 @@ ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout,
     }
     ep::set_expert_capacity(model, c.moe_capacity_factor);
   }
+  models::apply_activation_checkpointing(model, {activation_checkpoint_mode(c), c.activation_checkpoint.every});
   const fsdp::FullyShardOptions shard = shard_options(c, layout.dp_mesh, model);
   ParallelModel out;
   if (layout.expert_mesh) {
     parallelize_experts(model, layout);
     fsdp::FullyShardOptions experts = shard;
     experts.mesh = *layout.edp_mesh;
+    // reshard_after_forward: k names groups of the dense shard ranks; where k does not fit the
+    // edp group the experts reshard fully.
+    if (const int* k = std::get_if<int>(&experts.reshard_after_forward)) {
+      const int64_t edp = layout.dims.edp_shard;
+      if (*k >= edp || edp % *k != 0) experts.reshard_after_forward = true;
+    }
     experts.replicate_params.clear();  // fsdp_config.replicate_params name dense parameters
     for (auto* m : ep::expert_modules(model)) out.units.push_back(fsdp::fully_shard(*m, experts));
   }
+  const size_t expert_units = out.units.size();
   for (auto* layer : model.decoder_layers()) out.units.push_back(fsdp::fully_shard(*layer, shard));
   out.units.push_back(fsdp::fully_shard(model, shard));
+  if (expert_units > 0 && shard.backward_prefetch_depth > 0) order_backward_prefetch(model.config(), out.units, expert_units);
   return out;
 }
 

@@ -45,11 +45,15 @@ struct ParallelLayout {
 ParallelLayout build_layout(const TrainConfig& c, const std::shared_ptr<comm::Communicator>& world);
 
 struct ParallelModel {
-  std::vector<fsdp::FSDPModule> units;  // decoder layers, then the root (last)
+  std::vector<fsdp::FSDPModule> units;  // the experts (with EP), the decoder layers, then the root (last)
 };
 
+// activation_checkpoint.mode as gradient_checkpointing / disable_gradient_checkpointing
+// (LlamaFactory's spellings) leave it: off | full.
+std::string activation_checkpoint_mode(const TrainConfig& c);
+
 // TP (accelerator.tp_size > 1), EP (ep_size > 1; UserError when the model has no experts or
-// their count does not divide by ep_size), then FSDP: experts over layout.edp_mesh, the rest
+// their count does not divide by ep_size), activation checkpointing, then FSDP: experts over layout.edp_mesh, the rest
 // over layout.dp_mesh.
 ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout, const TrainConfig& c);
 

@@ -286,6 +286,11 @@ const std::vector<KeyDef>& key_table() {
         {{"accelerator.cp_size", "int >= 1", "1", "context parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::cp_size)},
         {{"accelerator.ep_size", "int >= 1", "1", "expert parallel degree: the experts of each MoE layer divided over this many ranks, tokens sent to them by all-to-all (docs/ep.md); must divide num_experts and dp_shard_size x tp_size"}, parallel_degree(&AcceleratorConfig::ep_size)},
         {{"accelerator.pp_size", "int >= 1", "1", "pipeline parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::pp_size)},
+        // activation checkpointing
+        {{"activation_checkpoint.mode", "off | full", "off", "full: each checkpointed decoder layer keeps only its input in forward and runs again in backward (same numbers, less memory, ~1/3 more compute; docs/memory.md)"}, [](C& c, const std::string& k, const Value& v) { c.activation_checkpoint.mode = as_choice(k, v, {"off", "full"}); }},
+        {{"activation_checkpoint.every", "int >= 1", "1", "checkpoint decoder layers 0, every, 2 x every, ... (1: all)"}, [](C& c, const std::string& k, const Value& v) { c.activation_checkpoint.every = as_int(k, v, 1, "an integer >= 1"); }},
+        {{"gradient_checkpointing", "bool", "false", "HF's switch: true means activation_checkpoint.mode: full"}, boolean(&C::gradient_checkpointing)},
+        {{"disable_gradient_checkpointing", "bool", "false", "LlamaFactory's switch: true means activation_checkpoint.mode: off (LlamaFactory checkpoints by default; here it is off unless asked for)"}, boolean(&C::disable_gradient_checkpointing)},
     };
     return t;
   }();
@@ -293,7 +298,7 @@ const std::vector<KeyDef>& key_table() {
 }
 
 const std::set<std::string>& sections() {
-  static const std::set<std::string> s = {"fsdp_config", "fsdp_config.mix_precision", "accelerator", "model"};
+  static const std::set<std::string> s = {"fsdp_config", "fsdp_config.mix_precision", "accelerator", "model", "activation_checkpoint"};
   return s;
 }
 
@@ -461,6 +466,10 @@ void check_combinations(const TrainConfig& c) {
     require(c.learning_rate > kw.lr_end, "lr_scheduler_type: polynomial decays learning_rate to lr_scheduler_kwargs.lr_end (" +
                                              std::to_string(kw.lr_end) + "), which must be smaller than learning_rate");
   }
+  require(!(c.disable_gradient_checkpointing && (c.gradient_checkpointing || c.activation_checkpoint.mode != "off")),
+          std::string("disable_gradient_checkpointing: true contradicts ") +
+              (c.gradient_checkpointing ? "gradient_checkpointing: true" : "activation_checkpoint.mode: " + c.activation_checkpoint.mode) +
+              "; keep one");
   require(c.fsdp_config.edp_shard_size == -1 || a.ep_size > 1,
           "fsdp_config.edp_shard_size applies with expert parallelism (accelerator.ep_size > 1); set ep_size or remove it");
 }

@@ -262,6 +262,7 @@ TEST(LlamaFactoryConfigs, HyperParallelArgsJsonSetsOurKeys) {
   EXPECT_EQ(c.fsdp_config.mix_precision.param_dtype, "bfloat16");
   EXPECT_EQ(c.fsdp_config.mix_precision.reduce_dtype, "float32");
   EXPECT_EQ(c.fsdp_config.reshard_after_forward, 0);
+  EXPECT_EQ(c.activation_checkpoint.mode, "full");  // activation_mode: recompute
   // The command line still wins over the file.
   EXPECT_EQ(load(kMinimal + "hyper_parallel_args: " + json + "\n", {"accelerator.tp_size=1"}).accelerator.tp_size, 1);
   const auto fails = [&](const std::string& yaml, const std::string& expected) {

@@ -258,6 +258,51 @@ TEST(Trainer, ExpertCapacityDropsTheSamePairsOnEveryLayout) {
   for (const auto& [name, ranks, layout] : layouts) fs::remove_all(temp_dir(name));
 }
 
+// Activation checkpointing through the trainer changes no number: full on one process, every
+// second layer under FSDP2, LlamaFactory's gradient_checkpointing under FSDP2 x TP2 + SP, and
+// a Qwen3-MoE under EP2 (the experts' FSDP unit recomputed inside its layer), each against
+// the plain model; disable_gradient_checkpointing contradicting a mode is a UserError.
+TEST(Trainer, ActivationCheckpointingTrainsAsThePlainModel) {
+  const std::vector<std::string> moe = {"model_name_or_path=qwen3-moe-debug", "learning_rate=3.0e-3"};
+  const std::vector<std::tuple<std::string, int, std::vector<std::string>, bool>> layouts = {
+      {"ac_one_process", 1, {"per_device_train_batch_size=8", "activation_checkpoint.mode=full"}, false},
+      {"ac_fsdp2_every2", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=full", "activation_checkpoint.every=2"}, false},
+      {"ac_fsdp2_tp2_sp", 4, {"per_device_train_batch_size=4", "gradient_checkpointing=true", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}, false},
+      {"ac_moe_ep2", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=full", "accelerator.ep_size=2"}, true}};
+  for (const auto& [name, ranks, layout, is_moe] : layouts) {
+    std::vector<std::string> extra = layout;
+    if (is_moe) extra.insert(extra.end(), moe.begin(), moe.end());
+    extra.push_back("max_steps=10");
+    train_on(ranks, temp_dir(name), extra, 10);
+  }
+  std::map<bool, hp::testing::PlainRun> refs;
+  for (bool is_moe : {false, true}) {
+    std::vector<std::string> overrides = base_overrides(temp_dir("ac_plain"));
+    if (is_moe) overrides.insert(overrides.end(), moe.begin(), moe.end());
+    overrides.push_back("max_steps=10");
+    overrides.push_back("per_device_train_batch_size=8");
+    refs[is_moe] = hp::testing::plain_reference_run(hp::train::load_train_config("", overrides));
+  }
+  for (const auto& [name, ranks, layout, is_moe] : layouts) {
+    SCOPED_TRACE(name);
+    const auto losses = logged_losses(temp_dir(name));
+    const auto& ref = refs.at(is_moe);
+    ASSERT_EQ(losses.size(), 10u);
+    for (size_t s = 0; s < losses.size(); ++s) EXPECT_NEAR(losses[s], ref.losses[s], 1e-5 * ref.losses[s]) << "step " << s + 1;
+    fs::remove_all(temp_dir(name));
+  }
+  std::vector<std::string> contradiction = base_overrides(temp_dir("ac_contradiction"));
+  contradiction.push_back("activation_checkpoint.mode=full");
+  contradiction.push_back("disable_gradient_checkpointing=true");
+  try {
+    hp::train::load_train_config("", contradiction);
+    ADD_FAILURE() << "a contradiction was accepted";
+  } catch (const hp::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("disable_gradient_checkpointing: true contradicts activation_checkpoint.mode: full; keep one"),
+              std::string::npos) << e.what();
+  }
+}
+
 TEST(Trainer, ExpertParallelLayoutsThatDoNotFitAreUserErrors) {
   const std::vector<std::tuple<int, std::vector<std::string>, std::string>> misfits = {
       {2, {"accelerator.ep_size=2"}, "accelerator.ep_size 2 divides the experts of a mixture-of-experts model, and qwen3 has none; set ep_size: 1"},

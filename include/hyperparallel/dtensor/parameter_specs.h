@@ -41,6 +41,7 @@ struct ParameterOwner {
   std::shared_ptr<comm::Communicator> group;  // the ranks the parameters are divided among
   int owner = 0;                              // the group rank that holds this one
   std::vector<int64_t> shape;                 // its (whole) shape
+  at::ScalarType dtype = at::kFloat;          // its dtype (what the holder broadcasts)
   std::string set;                            // the parameters divided together (an MoE block's experts)
   int64_t order = 0;                          // its position in the set, in the unsplit model's order
   bool held_here() const { return group->rank() == owner; }

@@ -53,6 +53,12 @@ struct AcceleratorConfig {
   bool loss_parallel = false;
 };
 
+// Activation checkpointing (models/activation_checkpoint.h).
+struct ActivationCheckpointConfig {
+  std::string mode = "off";  // off | full
+  int64_t every = 1;         // decoder layers 0, every, 2·every, ... are checkpointed
+};
+
 struct TrainConfig {
   // model
   std::string model_name_or_path;  // HF folder or a built-in debug flavour
@@ -134,6 +140,10 @@ struct TrainConfig {
   std::vector<std::pair<std::string, std::string>> ignored_keys;
   FsdpConfig fsdp_config;
   AcceleratorConfig accelerator;
+  ActivationCheckpointConfig activation_checkpoint;
+  // LlamaFactory / HF spellings of activation checkpointing: gradient_checkpointing: true
+  // means activation_checkpoint.mode: full; disable_gradient_checkpointing: true means off.
+  bool gradient_checkpointing = false, disable_gradient_checkpointing = false;
 };
 
 struct ConfigKeyInfo {

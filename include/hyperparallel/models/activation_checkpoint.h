@@ -1,0 +1,34 @@
+// Activation checkpointing of a CausalLM's decoder layers, applied from outside.
+//
+//   models::apply_activation_checkpointing(*model, {"full", 2});  // layers 0, 2, 4, ...
+//
+// A checkpointed layer keeps only its input during forward and runs again in backward to get
+// its gradients (src/models/recompute.h: the reentrant scheme, CPU generator state replayed,
+// an MoE block's router logits kept differentiable for the aux loss). The numbers are those
+// of the plain model; what changes is memory (the layer's intermediate activations are never
+// all alive) and compute (one more forward of each checkpointed layer). Apply before or after
+// fully_shard, tensor or expert parallelism, in any order: the recompute runs inside the
+// layer's FSDP unit (its parameters are gathered for the backward anyway), and FSDP units
+// nested in the layer (experts) treat a forward during backward as recompute — no prefetch,
+// no reshard before their backward. Decoding with a KV cache and forwards without gradients
+// are never checkpointed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hyperparallel::models {
+
+class CausalLM;
+
+struct ActivationCheckpointOptions {
+  std::string mode = "full";  // off | full
+  int64_t every = 1;          // layers 0, every, 2·every, ...
+};
+
+// Returns the indices of the checkpointed layers (none with mode off). UserError for an
+// unknown mode or every < 1.
+std::vector<int64_t> apply_activation_checkpointing(CausalLM& model, const ActivationCheckpointOptions& options);
+
+}  // namespace hyperparallel::models
