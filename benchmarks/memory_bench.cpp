@@ -1,8 +1,11 @@
-// Activation memory and step time with activation checkpointing on the ~48 M Qwen3 of the
+// Activation memory and step time with activation checkpointing and chunked loss on the ~48 M Qwen3 of the
 // model benchmark, one process, batch 4 x 512 tokens, AdamW:
 //   plain        every activation kept
 //   ac_full      every decoder layer checkpointed
 //   ac_every2    layers 0, 2, 4, ... checkpointed
+//   selective    every layer's attention core (scores, softmax) recomputed
+//   chunked      the loss on 512-token chunks (no whole [tokens x vocab] logits)
+//   ac_chunked   ac_full and chunked
 // Usage: memory_bench MODE STEPS [cached]. `cached` installs the caching host allocator the
 // trainer uses (for step times: without it every step faults its activations in afresh; the
 // memory columns then count the cache too). Prints one line:
@@ -52,8 +55,10 @@ int main(int argc, char** argv) {
   hp::models::ModelLoadOptions options;
   options.seed = 1;
   auto model = hp::models::AutoModelForCausalLM::from_config(config, options);
-  if (mode == "ac_full") hp::models::apply_activation_checkpointing(*model, {"full", 1});
+  if (mode == "ac_full" || mode == "ac_chunked") hp::models::apply_activation_checkpointing(*model, {"full", 1});
   if (mode == "ac_every2") hp::models::apply_activation_checkpointing(*model, {"full", 2});
+  if (mode == "selective") hp::models::apply_activation_checkpointing(*model, {"selective", 1});
+  if (mode == "chunked" || mode == "ac_chunked") model->set_loss_chunk_tokens(512);
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
   const auto step = [&](int s) {
     auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(100 + s));

@@ -1,6 +1,7 @@
 // Activation checkpointing of decoder layers. See models/activation_checkpoint.h.
 #include "hyperparallel/models/activation_checkpoint.h"
 
+#include "attention.h"
 #include "decoder.h"
 #include "hyperparallel/models/causal_lm.h"
 #include "hyperparallel/platform/user_error.h"
@@ -8,15 +9,21 @@
 namespace hyperparallel::models {
 
 std::vector<int64_t> apply_activation_checkpointing(CausalLM& model, const ActivationCheckpointOptions& options) {
-  if (options.mode != "off" && options.mode != "full") {
-    throw UserError("activation checkpointing mode '" + options.mode + "' is not one of off | full");
+  if (options.mode != "off" && options.mode != "full" && options.mode != "selective") {
+    throw UserError("activation checkpointing mode '" + options.mode + "' is not one of off | full | selective");
   }
   if (options.every < 1) throw UserError("activation checkpointing every " + std::to_string(options.every) + " must be >= 1");
   std::vector<int64_t> checkpointed;
   auto& layers = model.backbone().decoder_layers;
   for (size_t i = 0; i < layers.size(); ++i) {
-    const bool on = options.mode == "full" && static_cast<int64_t>(i) % options.every == 0;
-    layers[i]->recompute = on;
+    const bool on = options.mode != "off" && static_cast<int64_t>(i) % options.every == 0;
+    layers[i]->recompute = on && options.mode == "full";
+    auto* attention = dynamic_cast<Attention*>(layers[i]->self_attn.get());
+    if (on && options.mode == "selective" && !attention) {
+      throw UserError("selective activation checkpointing recomputes the eager attention core; layer " + std::to_string(i) +
+                      "'s attention is " + layers[i]->self_attn->name() + " (a plan override): use mode full or drop the override");
+    }
+    if (attention) attention->recompute_core = on && options.mode == "selective";
     if (on) checkpointed.push_back(static_cast<int64_t>(i));
   }
   return checkpointed;

@@ -2,8 +2,10 @@
 #include "attention.h"
 
 #include <cmath>
+#include <vector>
 
 #include "hyperparallel/platform/user_error.h"
+#include "recompute.h"
 #include "rotary.h"
 
 namespace hyperparallel::models {
@@ -32,7 +34,6 @@ at::Tensor Attention::forward(const at::Tensor& hidden, const AttentionInputs& i
   at::Tensor q = q_proj->forward(hidden).view({batch, seq, -1, head_dim});
   at::Tensor k = k_proj->forward(hidden).view({batch, seq, -1, head_dim});
   at::Tensor v = v_proj->forward(hidden).view({batch, seq, -1, head_dim}).transpose(1, 2);
-  const int64_t heads = q.size(2), kv_heads = k.size(2);
   if (q_norm) {
     q = (*q_norm)(q);
     k = (*k_norm)(k);
@@ -40,17 +41,36 @@ at::Tensor Attention::forward(const at::Tensor& hidden, const AttentionInputs& i
   q = apply_rope(q.transpose(1, 2), in.cos, in.sin);
   k = apply_rope(k.transpose(1, 2), in.cos, in.sin);
   if (in.cache) std::tie(k, v) = in.cache->append(in.layer, k, v);
-  const int64_t keys = k.size(2);
+  if (!recompute_core || in.cache) return o_proj->forward(attention_core(q, k, v, in.mask, scaling));
+  // One input for the recompute: q, k and v packed (the function keeps only this).
+  const std::vector<int64_t> qs = q.sizes().vec(), ks = k.sizes().vec();
+  const at::Tensor packed = at::cat({q.reshape({-1}), k.reshape({-1}), v.reshape({-1})});
+  const at::Tensor mask = in.mask;
+  const double scale = scaling;
+  const at::Tensor out = run_with_recompute(
+      packed,
+      [qs, ks, mask, scale](const at::Tensor& all, std::vector<at::Tensor>*) {
+        const int64_t nq = qs[0] * qs[1] * qs[2] * qs[3], nk = ks[0] * ks[1] * ks[2] * ks[3];
+        return attention_core(all.narrow(0, 0, nq).view(qs), all.narrow(0, nq, nk).view(ks), all.narrow(0, nq + nk, nk).view(ks),
+                              mask, scale);
+      },
+      nullptr);
+  return o_proj->forward(out);
+}
+
+at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k_in, const at::Tensor& v_in, const at::Tensor& mask, double scaling) {
+  const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), head_dim = q.size(3);
+  const int64_t kv_heads = k_in.size(1), keys = k_in.size(2);
+  at::Tensor k = k_in, v = v_in;
   if (kv_heads != heads) {  // transformers' repeat_kv
     const int64_t groups = heads / kv_heads;
     k = k.unsqueeze(2).expand({batch, kv_heads, groups, keys, head_dim}).reshape({batch, heads, keys, head_dim});
     v = v.unsqueeze(2).expand({batch, kv_heads, groups, keys, head_dim}).reshape({batch, heads, keys, head_dim});
   }
   at::Tensor scores = at::matmul(q, k.transpose(2, 3)) * scaling;
-  if (in.mask.defined()) scores = scores + in.mask;
+  if (mask.defined()) scores = scores + mask;
   const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-  const at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({batch, seq, heads * head_dim});
-  return o_proj->forward(out);
+  return at::matmul(probs, v).transpose(1, 2).reshape({batch, seq, heads * head_dim});
 }
 
 std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tensor& k, const at::Tensor& v) {

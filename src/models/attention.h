@@ -22,9 +22,17 @@ class Attention : public AttentionModule, public ModuleSlots {
 
   int64_t num_heads, num_kv_heads, head_dim;
   double scaling;
+  // Selective activation checkpointing: the core (scores, mask, softmax, weighted values) keeps
+  // only q, k and v and runs again in backward, so the [heads x T x T] scores and
+  // probabilities are never kept (models/activation_checkpoint.h).
+  bool recompute_core = false;
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
   std::shared_ptr<NormModule> q_norm, k_norm;  // null unless config.qk_norm
 };
+
+// The attention core on rotated q [B, H, T, D] and k, v [B, H_kv, K, D]: grouped kv heads
+// repeated, scores scaled and masked, softmax in fp32, times v; returns [B, T, H * D].
+at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scaling);
 
 // Replaces the norm child `name` of `module` (q_norm, input_layernorm, ...) and returns the
 // new pointer for the owner's member; shared by every ModuleSlots implementation.

@@ -3,6 +3,7 @@
 
 #include "decoder.h"
 #include "hyperparallel/fsdp/module_hooks.h"
+#include "recompute.h"
 #include "hyperparallel/platform/user_error.h"
 #include "layers.h"
 #include "moe.h"
@@ -58,23 +59,29 @@ CausalLMOutput CausalLM::forward(const CausalLMInput& in) {
   CausalLMOutput out;
   const bool want_router_logits = config_.num_experts > 0 && in.output_router_logits.value_or(config_.output_router_logits);
   std::vector<at::Tensor>* router_logits = want_router_logits ? &out.router_logits : nullptr;
-  out.logits = fsdp::hooked_forward(*this, [&] {
+  // Next-token prediction: position t predicts labels[t + 1]; the last position predicts nothing.
+  at::Tensor shifted;
+  if (in.labels.defined()) {
+    const int64_t batch = in.labels.size(0), seq = in.labels.size(1);
+    shifted = at::cat({in.labels.narrow(1, 1, seq - 1), at::full({batch, 1}, -100, in.labels.options())}, 1).reshape({-1});
+  }
+  const bool chunked = loss_chunk_tokens_ > 0 && shifted.defined();
+  const at::Tensor result = fsdp::hooked_forward(*this, [&] {
     const at::Tensor hidden = model_->forward(in.input_ids, in.attention_mask, in.position_ids, in.document_mask, router_logits, in.cache);
-    // The head runs through its forward hooks (a column-parallel head under loss parallel).
-    const at::Tensor logits = lm_head_ ? lm_head_->forward(hidden) : at::linear(hidden, model_->embed_tokens->weight);
-    return logits.to(at::kFloat);
+    return chunked ? chunked_loss_sum(hidden, shifted) : head(hidden);
   });
-  if (!in.labels.defined()) {
-    if (token_loss_) out.logits = token_loss_->full_logits(out.logits);
+  if (!shifted.defined()) {
+    out.logits = token_loss_ ? token_loss_->full_logits(result) : result;
     return out;
   }
-  // Next-token prediction: position t predicts labels[t + 1]; the last position predicts nothing.
-  const int64_t batch = in.labels.size(0), seq = in.labels.size(1);
-  const at::Tensor shifted =
-      at::cat({in.labels.narrow(1, 1, seq - 1), at::full({batch, 1}, -100, in.labels.options())}, 1).reshape({-1});
-  const at::Tensor flat_logits = out.logits.reshape({batch * seq, -1});
-  out.lm_loss_sum = token_loss_ ? token_loss_->sum(flat_logits, shifted)
-                                : at::cross_entropy_loss(flat_logits, shifted, {}, at::Reduction::Sum, -100);
+  if (chunked) {
+    out.lm_loss_sum = result;
+  } else {
+    out.logits = result;
+    const at::Tensor flat_logits = result.reshape({shifted.size(0), -1});
+    out.lm_loss_sum = token_loss_ ? token_loss_->sum(flat_logits, shifted)
+                                  : at::cross_entropy_loss(flat_logits, shifted, {}, at::Reduction::Sum, -100);
+  }
   out.label_tokens = shifted.ne(-100).sum().item<int64_t>();
   out.lm_loss = out.lm_loss_sum / static_cast<double>(std::max<int64_t>(out.label_tokens, 1));
   out.loss = out.lm_loss;
@@ -83,6 +90,45 @@ CausalLMOutput CausalLM::forward(const CausalLMInput& in) {
     out.loss = out.lm_loss + config_.router_aux_loss_coef * out.aux_loss;
   }
   return out;
+}
+
+// The head runs through its forward hooks (a column-parallel head under loss parallel).
+at::Tensor CausalLM::head(const at::Tensor& hidden) {
+  const at::Tensor logits = lm_head_ ? lm_head_->forward(hidden) : at::linear(hidden, model_->embed_tokens->weight);
+  return logits.to(at::kFloat);
+}
+
+void CausalLM::set_loss_chunk_tokens(int64_t tokens) {
+  if (tokens < 0) throw UserError("chunked loss: chunk of " + std::to_string(tokens) + " tokens; use a count >= 1, or 0 for off");
+  loss_chunk_tokens_ = tokens;
+}
+
+at::Tensor CausalLM::chunked_loss_sum(const at::Tensor& hidden, const at::Tensor& shifted_labels) {
+  const at::Tensor rows = hidden.reshape({-1, hidden.size(-1)});
+  if (rows.size(0) != shifted_labels.size(0)) {
+    throw UserError("chunked loss needs the whole sequence on every rank; with sequence_parallel and loss_parallel the head's "
+                    "input is sequence-sharded: turn chunked_loss off or one of them");
+  }
+  // The head's parameters leave through each chunk (run_with_recompute's `params`): every
+  // chunk reads them, and a tied head is the embedding too.
+  std::vector<at::Tensor> head_params;
+  for (const auto& p : lm_head_ ? lm_head_->parameters() : std::vector<at::Tensor>{model_->embed_tokens->weight}) {
+    if (p.requires_grad()) head_params.push_back(p);
+  }
+  at::Tensor sum = at::zeros({}, at::kFloat);
+  for (int64_t start = 0; start < rows.size(0); start += loss_chunk_tokens_) {
+    const int64_t n = std::min(loss_chunk_tokens_, rows.size(0) - start);
+    const at::Tensor labels = shifted_labels.narrow(0, start, n);
+    sum = sum + run_with_recompute(
+                    rows.narrow(0, start, n),
+                    [this, labels](const at::Tensor& chunk, std::vector<at::Tensor>*) {
+                      const at::Tensor logits = head(chunk);
+                      return token_loss_ ? token_loss_->sum(logits, labels)
+                                         : at::cross_entropy_loss(logits, labels, {}, at::Reduction::Sum, -100);
+                    },
+                    nullptr, head_params);
+  }
+  return sum;
 }
 
 }  // namespace hyperparallel::models

@@ -19,8 +19,10 @@ struct SegmentHolder : torch::CustomClassHolder {
 };
 
 struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
+  // `params`: tensors the segment reads whose gradients leave through this function (see
+  // recompute.h); the segment reads them itself, they are inputs only for autograd.
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
-                                                c10::intrusive_ptr<SegmentHolder> holder) {
+                                                at::TensorList params, c10::intrusive_ptr<SegmentHolder> holder) {
     holder->rng_state = at::detail::getDefaultCPUGenerator().get_state();
     std::vector<at::Tensor> extra;
     at::Tensor out;
@@ -29,7 +31,9 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
       out = holder->segment(input, &extra);
     }
     holder->extras = extra.size();
-    ctx->save_for_backward({input});
+    torch::autograd::variable_list saved{input};
+    saved.insert(saved.end(), params.begin(), params.end());
+    ctx->save_for_backward(saved);
     ctx->saved_data["segment"] = at::IValue::make_capsule(holder);
     torch::autograd::variable_list outputs{out};
     outputs.insert(outputs.end(), extra.begin(), extra.end());
@@ -38,8 +42,10 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
     auto holder = c10::static_intrusive_pointer_cast<SegmentHolder>(ctx->saved_data["segment"].toCapsule());
-    const at::Tensor saved = ctx->get_saved_variables()[0];
+    const torch::autograd::variable_list saved_vars = ctx->get_saved_variables();
+    const at::Tensor& saved = saved_vars[0];
     const at::Tensor input = saved.detach().requires_grad_(saved.requires_grad());
+    const torch::autograd::variable_list params(saved_vars.begin() + 1, saved_vars.end());
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     const at::Tensor rng_after = generator.get_state();
     generator.set_state(holder->rng_state);
@@ -65,8 +71,22 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
       outputs.push_back(o);
       output_grads.push_back(grads[i]);
     }
-    if (!outputs.empty()) torch::autograd::backward(outputs, output_grads);
-    return {input.requires_grad() ? input.grad() : at::Tensor(), at::Tensor()};
+    torch::autograd::variable_list result;
+    if (params.empty()) {
+      // Reentrant: the segment's parameters accumulate their gradients here.
+      if (!outputs.empty()) torch::autograd::backward(outputs, output_grads);
+      result.push_back(input.requires_grad() ? input.grad() : at::Tensor());
+    } else {
+      // The input's and the listed tensors' gradients are returned, not accumulated: autograd
+      // sums them with their other uses and accumulates once.
+      torch::autograd::variable_list wrt{input};
+      wrt.insert(wrt.end(), params.begin(), params.end());
+      result = outputs.empty() ? torch::autograd::variable_list(wrt.size())
+                               : torch::autograd::grad(outputs, wrt, output_grads, /*retain_graph=*/false,
+                                                       /*create_graph=*/false, /*allow_unused=*/true);
+    }
+    result.emplace_back();  // the holder
+    return result;
   }
 };
 
@@ -74,13 +94,14 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
 
 bool recomputing() { return recompute_depth > 0; }
 
-at::Tensor run_with_recompute(const at::Tensor& input, RecomputedSegment segment, std::vector<at::Tensor>* extra) {
+at::Tensor run_with_recompute(const at::Tensor& input, RecomputedSegment segment, std::vector<at::Tensor>* extra,
+                              const std::vector<at::Tensor>& params) {
   // Without a gradient into the input the function's backward would never run, and the
   // segment's parameters would get none: run it plainly.
   if (!input.requires_grad() || !at::GradMode::is_enabled()) return segment(input, extra);
   auto holder = c10::make_intrusive<SegmentHolder>();
   holder->segment = std::move(segment);
-  torch::autograd::variable_list outputs = RecomputeFunction::apply(input, holder);
+  torch::autograd::variable_list outputs = RecomputeFunction::apply(input, at::TensorList(params), holder);
   if (extra) extra->insert(extra->end(), outputs.begin() + 1, outputs.end());
   return outputs.front();
 }

@@ -23,7 +23,14 @@ using RecomputedSegment = std::function<at::Tensor(const at::Tensor& input, std:
 
 // Runs `segment` on `input` with recompute; appends its extra outputs to `extra` (when not
 // null). The segment must capture what it needs by value: it runs again during backward.
-at::Tensor run_with_recompute(const at::Tensor& input, RecomputedSegment segment, std::vector<at::Tensor>* extra);
+//
+// By default the rerun's backward is reentrant: the segment's parameters accumulate their
+// gradients inside it, once per call. A parameter the segment shares with other uses — a tied
+// head read by every chunk of a chunked loss and by the embedding — must instead be listed in
+// `params`: its gradient is computed for the segment and handed back to autograd, which sums
+// all uses and accumulates once (what fully_shard's gradient-ready hooks count on).
+at::Tensor run_with_recompute(const at::Tensor& input, RecomputedSegment segment, std::vector<at::Tensor>* extra,
+                              const std::vector<at::Tensor>& params = {});
 
 // True while this thread reruns a segment in backward (e.g. so that counters count a forward
 // once).

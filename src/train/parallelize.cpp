@@ -174,6 +174,7 @@ ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout,
     ep::set_expert_capacity(model, c.moe_capacity_factor);
   }
   models::apply_activation_checkpointing(model, {activation_checkpoint_mode(c), c.activation_checkpoint.every});
+  model.set_loss_chunk_tokens(c.chunked_loss.enabled ? c.chunked_loss.chunk_size : 0);
   const fsdp::FullyShardOptions shard = shard_options(c, layout.dp_mesh, model);
   ParallelModel out;
   if (layout.expert_mesh) {

@@ -53,8 +53,8 @@ struct ParallelModel {
 std::string activation_checkpoint_mode(const TrainConfig& c);
 
 // TP (accelerator.tp_size > 1), EP (ep_size > 1; UserError when the model has no experts or
-// their count does not divide by ep_size), activation checkpointing, then FSDP: experts over layout.edp_mesh, the rest
-// over layout.dp_mesh.
+// their count does not divide by ep_size), activation checkpointing and chunked loss, then
+// FSDP: experts over layout.edp_mesh, the rest over layout.dp_mesh.
 ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout, const TrainConfig& c);
 
 }  // namespace hyperparallel::train

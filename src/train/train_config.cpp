@@ -287,8 +287,10 @@ const std::vector<KeyDef>& key_table() {
         {{"accelerator.ep_size", "int >= 1", "1", "expert parallel degree: the experts of each MoE layer divided over this many ranks, tokens sent to them by all-to-all (docs/ep.md); must divide num_experts and dp_shard_size x tp_size"}, parallel_degree(&AcceleratorConfig::ep_size)},
         {{"accelerator.pp_size", "int >= 1", "1", "pipeline parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::pp_size)},
         // activation checkpointing
-        {{"activation_checkpoint.mode", "off | full", "off", "full: each checkpointed decoder layer keeps only its input in forward and runs again in backward (same numbers, less memory, ~1/3 more compute; docs/memory.md)"}, [](C& c, const std::string& k, const Value& v) { c.activation_checkpoint.mode = as_choice(k, v, {"off", "full"}); }},
+        {{"activation_checkpoint.mode", "off | full | selective", "off", "full: each checkpointed decoder layer keeps only its input in forward and runs again in backward; selective: only the attention core (scores, softmax) is recomputed, the T x T term; same numbers, less memory, more compute (docs/memory.md)"}, [](C& c, const std::string& k, const Value& v) { c.activation_checkpoint.mode = as_choice(k, v, {"off", "full", "selective"}); }},
         {{"activation_checkpoint.every", "int >= 1", "1", "checkpoint decoder layers 0, every, 2 x every, ... (1: all)"}, [](C& c, const std::string& k, const Value& v) { c.activation_checkpoint.every = as_int(k, v, 1, "an integer >= 1"); }},
+        {{"chunked_loss.enabled", "bool", "false", "the head and cross-entropy on chunk_size tokens at a time, each chunk's logits recomputed in backward: the [tokens x vocab] logits never exist whole (same numbers to rounding; docs/memory.md)"}, [](C& c, const std::string& k, const Value& v) { c.chunked_loss.enabled = as_bool(k, v); }},
+        {{"chunked_loss.chunk_size", "int >= 1", "1024", "tokens per chunk of the chunked loss"}, [](C& c, const std::string& k, const Value& v) { c.chunked_loss.chunk_size = as_int(k, v, 1, "an integer >= 1"); }},
         {{"gradient_checkpointing", "bool", "false", "HF's switch: true means activation_checkpoint.mode: full"}, boolean(&C::gradient_checkpointing)},
         {{"disable_gradient_checkpointing", "bool", "false", "LlamaFactory's switch: true means activation_checkpoint.mode: off (LlamaFactory checkpoints by default; here it is off unless asked for)"}, boolean(&C::disable_gradient_checkpointing)},
     };
@@ -298,7 +300,7 @@ const std::vector<KeyDef>& key_table() {
 }
 
 const std::set<std::string>& sections() {
-  static const std::set<std::string> s = {"fsdp_config", "fsdp_config.mix_precision", "accelerator", "model", "activation_checkpoint"};
+  static const std::set<std::string> s = {"fsdp_config", "fsdp_config.mix_precision", "accelerator", "model", "activation_checkpoint", "chunked_loss"};
   return s;
 }
 
@@ -466,6 +468,9 @@ void check_combinations(const TrainConfig& c) {
     require(c.learning_rate > kw.lr_end, "lr_scheduler_type: polynomial decays learning_rate to lr_scheduler_kwargs.lr_end (" +
                                              std::to_string(kw.lr_end) + "), which must be smaller than learning_rate");
   }
+  require(!(c.chunked_loss.enabled && a.sequence_parallel && a.loss_parallel),
+          "chunked_loss with sequence_parallel and loss_parallel is not supported yet (the head's input is sequence-sharded); "
+          "turn off chunked_loss.enabled or one of them");
   require(!(c.disable_gradient_checkpointing && (c.gradient_checkpointing || c.activation_checkpoint.mode != "off")),
           std::string("disable_gradient_checkpointing: true contradicts ") +
               (c.gradient_checkpointing ? "gradient_checkpointing: true" : "activation_checkpoint.mode: " + c.activation_checkpoint.mode) +

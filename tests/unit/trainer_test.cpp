@@ -259,7 +259,7 @@ TEST(Trainer, ExpertCapacityDropsTheSamePairsOnEveryLayout) {
 }
 
 // Activation checkpointing through the trainer changes no number: full on one process, every
-// second layer under FSDP2, LlamaFactory's gradient_checkpointing under FSDP2 x TP2 + SP, and
+// second layer and selective under FSDP2, LlamaFactory's gradient_checkpointing under FSDP2 x TP2 + SP, and
 // a Qwen3-MoE under EP2 (the experts' FSDP unit recomputed inside its layer), each against
 // the plain model; disable_gradient_checkpointing contradicting a mode is a UserError.
 TEST(Trainer, ActivationCheckpointingTrainsAsThePlainModel) {
@@ -267,6 +267,7 @@ TEST(Trainer, ActivationCheckpointingTrainsAsThePlainModel) {
   const std::vector<std::tuple<std::string, int, std::vector<std::string>, bool>> layouts = {
       {"ac_one_process", 1, {"per_device_train_batch_size=8", "activation_checkpoint.mode=full"}, false},
       {"ac_fsdp2_every2", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=full", "activation_checkpoint.every=2"}, false},
+      {"ac_fsdp2_selective", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=selective"}, false},
       {"ac_fsdp2_tp2_sp", 4, {"per_device_train_batch_size=4", "gradient_checkpointing=true", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}, false},
       {"ac_moe_ep2", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=full", "accelerator.ep_size=2"}, true}};
   for (const auto& [name, ranks, layout, is_moe] : layouts) {
@@ -300,6 +301,32 @@ TEST(Trainer, ActivationCheckpointingTrainsAsThePlainModel) {
   } catch (const hp::UserError& e) {
     EXPECT_NE(std::string(e.what()).find("disable_gradient_checkpointing: true contradicts activation_checkpoint.mode: full; keep one"),
               std::string::npos) << e.what();
+  }
+}
+
+// The chunked loss through the trainer: one process, FSDP2 x TP2 with loss parallelism (the
+// vocab-sharded cross-entropy on each chunk) and TP2 + SP with activation checkpointing, each
+// against the plain model.
+TEST(Trainer, ChunkedLossTrainsAsThePlainModel) {
+  const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
+      {"chunked_one_process", 1, {"per_device_train_batch_size=8", "chunked_loss.chunk_size=50"}},
+      {"chunked_fsdp2_tp2_lp", 4, {"per_device_train_batch_size=4", "accelerator.tp_size=2", "accelerator.loss_parallel=true"}},
+      {"chunked_tp2_sp_ac", 2, {"per_device_train_batch_size=8", "accelerator.tp_size=2", "accelerator.sequence_parallel=true",
+                                "activation_checkpoint.mode=full"}}};
+  for (const auto& [name, ranks, layout] : layouts) {
+    std::vector<std::string> extra = layout;
+    extra.insert(extra.end(), {"chunked_loss.enabled=true", "max_steps=10"});
+    train_on(ranks, temp_dir(name), extra, 10);
+  }
+  std::vector<std::string> overrides = base_overrides(temp_dir("chunked_plain"));
+  overrides.insert(overrides.end(), {"max_steps=10", "per_device_train_batch_size=8"});
+  const hp::testing::PlainRun ref = hp::testing::plain_reference_run(hp::train::load_train_config("", overrides));
+  for (const auto& [name, ranks, layout] : layouts) {
+    SCOPED_TRACE(name);
+    const auto losses = logged_losses(temp_dir(name));
+    ASSERT_EQ(losses.size(), 10u);
+    for (size_t s = 0; s < losses.size(); ++s) EXPECT_NEAR(losses[s], ref.losses[s], 1e-5 * ref.losses[s]) << "step " << s + 1;
+    fs::remove_all(temp_dir(name));
   }
 }
 

@@ -2,7 +2,7 @@
 //
 //   models::apply_activation_checkpointing(*model, {"full", 2});  // layers 0, 2, 4, ...
 //
-// A checkpointed layer keeps only its input during forward and runs again in backward to get
+// full: a checkpointed layer keeps only its input during forward and runs again in backward to get
 // its gradients (src/models/recompute.h: the reentrant scheme, CPU generator state replayed,
 // an MoE block's router logits kept differentiable for the aux loss). The numbers are those
 // of the plain model; what changes is memory (the layer's intermediate activations are never
@@ -12,6 +12,11 @@
 // nested in the layer (experts) treat a forward during backward as recompute — no prefetch,
 // no reshard before their backward. Decoding with a KV cache and forwards without gradients
 // are never checkpointed.
+// selective (Megatron's): only the attention core — scores, mask, softmax, weighted values —
+// is recomputed, from q, k and v kept packed; the [heads x T x T] scores and probabilities,
+// the term that grows with the square of the sequence, are never kept, while projections,
+// norms and MLPs keep their activations (no second pass over the GEMMs). Needs the eager
+// attention (a fused_qkv_attention override is a UserError).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +28,7 @@ namespace hyperparallel::models {
 class CausalLM;
 
 struct ActivationCheckpointOptions {
-  std::string mode = "full";  // off | full
+  std::string mode = "full";  // off | full | selective
   int64_t every = 1;          // layers 0, every, 2·every, ...
 };
 

@@ -42,7 +42,7 @@ struct CausalLMInput {
 };
 
 struct CausalLMOutput {
-  at::Tensor logits;        // [B, T, vocab], fp32
+  at::Tensor logits;        // [B, T, vocab], fp32; undefined with a chunked loss
   at::Tensor loss;          // lm_loss (+ coef * aux_loss); undefined without labels
   at::Tensor lm_loss;       // mean next-token cross-entropy over label tokens (0 if none)
   at::Tensor lm_loss_sum;   // its sum, for normalising over a global batch
@@ -83,12 +83,22 @@ class CausalLM : public torch::nn::Module {
   // otherwise.
   void set_token_loss(std::shared_ptr<TokenLoss> loss) { token_loss_ = std::move(loss); }
   const std::shared_ptr<TokenLoss>& token_loss() const { return token_loss_; }
+  // Chunked loss: with labels, the head and the loss run on `tokens` rows of the flattened
+  // hidden states at a time, each chunk's logits recomputed in backward (models/recompute.h),
+  // so the [tokens x vocab] logits never exist whole; CausalLMOutput::logits is then left
+  // undefined. 0 (the default): off. UserError for a negative count.
+  void set_loss_chunk_tokens(int64_t tokens);
+  int64_t loss_chunk_tokens() const { return loss_chunk_tokens_; }
 
  private:
   ModelConfig config_;
   std::shared_ptr<DecoderModel> model_;
   std::shared_ptr<Linear> lm_head_;  // null when tied: the head is embed_tokens.weight
   std::shared_ptr<TokenLoss> token_loss_;
+  int64_t loss_chunk_tokens_ = 0;
+
+  at::Tensor chunked_loss_sum(const at::Tensor& hidden, const at::Tensor& shifted_labels);
+  at::Tensor head(const at::Tensor& hidden);
 };
 
 }  // namespace hyperparallel::models

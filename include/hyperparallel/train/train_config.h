@@ -55,8 +55,14 @@ struct AcceleratorConfig {
 
 // Activation checkpointing (models/activation_checkpoint.h).
 struct ActivationCheckpointConfig {
-  std::string mode = "off";  // off | full
+  std::string mode = "off";  // off | full | selective
   int64_t every = 1;         // decoder layers 0, every, 2·every, ... are checkpointed
+};
+
+// Chunked loss (CausalLM::set_loss_chunk_tokens).
+struct ChunkedLossConfig {
+  bool enabled = false;
+  int64_t chunk_size = 1024;  // tokens per chunk
 };
 
 struct TrainConfig {
@@ -141,6 +147,7 @@ struct TrainConfig {
   FsdpConfig fsdp_config;
   AcceleratorConfig accelerator;
   ActivationCheckpointConfig activation_checkpoint;
+  ChunkedLossConfig chunked_loss;
   // LlamaFactory / HF spellings of activation checkpointing: gradient_checkpointing: true
   // means activation_checkpoint.mode: full; disable_gradient_checkpointing: true means off.
   bool gradient_checkpointing = false, disable_gradient_checkpointing = false;
