@@ -189,36 +189,36 @@ TEST(Trainer, MoeLayoutsMatchThePlainModelWithTheGlobalAuxLoss) {
   for (const auto& [name, ranks, layout] : layouts) fs::remove_all(temp_dir(name));
 }
 
-// Expert parallelism through the trainer: EP alone, EP with FSDP over the experts (edp),
-// EP over the ranks of a tensor-parallel group (with sequence parallelism), EP under HSDP and
-// the grouped_experts override (under FSDP and under EP),
-// each against the plain model (total and aux loss, global scope). Then the errors a layout
-// that does not fit gets.
+// Expert parallelism through the trainer, 20 steps each against the plain model (total and
+// aux loss, global scope): EP alone, EP with FSDP over the experts (edp), EP over the ranks of
+// a tensor-parallel group (with and without sequence parallelism), EP under HSDP and the
+// grouped_experts override (under FSDP and under EP).
 TEST(Trainer, ExpertParallelLayoutsMatchThePlainModel) {
   const std::string kGroupedExperts = "plan_overrides=[{match: '*.mlp', module_type: Qwen3MoeSparseMoeBlock, replace_module: grouped_experts}]";
-  const std::vector<std::string> moe = {"model_name_or_path=qwen3-moe-debug", "max_steps=10", "learning_rate=3.0e-3"};
+  const std::vector<std::string> moe = {"model_name_or_path=qwen3-moe-debug", "max_steps=20", "learning_rate=3.0e-3"};
   const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
       {"ep2", 2, {"per_device_train_batch_size=4", "accelerator.ep_size=2"}},
       {"ep4", 4, {"per_device_train_batch_size=2", "accelerator.ep_size=4"}},
       {"ep2_edp2", 4, {"per_device_train_batch_size=2", "accelerator.ep_size=2", "fsdp_config.edp_shard_size=2"}},
       {"ep2_tp2_sp", 4, {"per_device_train_batch_size=4", "accelerator.ep_size=2", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}},
       {"ep2_hsdp", 4, {"per_device_train_batch_size=2", "accelerator.ep_size=2", "fsdp_config.dp_shard_size=2"}},
+      {"ep2_tp2", 4, {"per_device_train_batch_size=4", "accelerator.ep_size=2", "accelerator.tp_size=2"}},
       {"grouped_fsdp2", 2, {"per_device_train_batch_size=4", kGroupedExperts}},
       {"ep2_grouped", 2, {"per_device_train_batch_size=4", "accelerator.ep_size=2", kGroupedExperts}}};
   for (const auto& [name, ranks, layout] : layouts) {
     std::vector<std::string> extra = moe;
     extra.insert(extra.end(), layout.begin(), layout.end());
-    train_on(ranks, temp_dir(name), extra, 10);
+    train_on(ranks, temp_dir(name), extra, 20);
   }
   std::vector<std::string> overrides = base_overrides(temp_dir("ep_plain"));
   overrides.insert(overrides.end(), moe.begin(), moe.end());
   overrides.push_back("per_device_train_batch_size=8");
   const hp::testing::PlainRun ref = hp::testing::plain_reference_run(hp::train::load_train_config("", overrides));
-  ASSERT_EQ(ref.aux_losses.size(), 10u);
+  ASSERT_EQ(ref.aux_losses.size(), 20u);
   for (const auto& [name, ranks, layout] : layouts) {
     SCOPED_TRACE(name);
     const auto losses = logged_losses(temp_dir(name)), aux = logged(temp_dir(name), "aux_loss");
-    ASSERT_EQ(losses.size(), 10u);
+    ASSERT_EQ(losses.size(), 20u);
     for (size_t s = 0; s < losses.size(); ++s) {
       EXPECT_NEAR(losses[s], ref.losses[s], 1e-5 * ref.losses[s]) << "step " << s + 1;
       EXPECT_NEAR(aux[s], ref.aux_losses[s], 1e-5 * ref.aux_losses[s]) << "aux, step " << s + 1;
