@@ -1,0 +1,127 @@
+// One-pass AdamW. See optim/fused_adamw.h.
+#include "hyperparallel/optim/fused_adamw.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace hyperparallel::optim {
+namespace {
+
+// The per-step scalars, rounded to fp32 as LibTorch's ops round their scalar arguments.
+struct StepScalars {
+  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, sqrt_bias_correction2, eps, neg_step_size;
+  bool decays;
+};
+
+StepScalars scalars_for(const torch::optim::AdamWOptions& o, int64_t step) {
+  const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
+  StepScalars s;
+  s.decays = o.weight_decay() != 0;
+  s.decay = static_cast<float>(1 - o.lr() * o.weight_decay());
+  s.beta1 = static_cast<float>(beta1);
+  s.one_minus_beta1 = static_cast<float>(1 - beta1);
+  s.beta2 = static_cast<float>(beta2);
+  s.one_minus_beta2 = static_cast<float>(1 - beta2);
+  s.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
+  s.eps = static_cast<float>(o.eps());
+  s.neg_step_size = static_cast<float>(-(o.lr() / bias_correction1));
+  return s;
+}
+
+void update_range(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end, const StepScalars& s) {
+  for (int64_t i = begin; i < end; ++i) {
+    float param = s.decays ? p[i] * s.decay : p[i];
+    const float grad = g[i];
+    const float avg = m[i] * s.beta1 + s.one_minus_beta1 * grad;
+    const float avg_sq = v[i] * s.beta2 + s.one_minus_beta2 * grad * grad;
+    const float denom = std::sqrt(avg_sq) / s.sqrt_bias_correction2 + s.eps;
+    param = param + s.neg_step_size * avg / denom;
+    m[i] = avg;
+    v[i] = avg_sq;
+    p[i] = param;
+  }
+}
+
+// Large tensors are split over the intra-op thread count. at::parallel_for cannot do it here:
+// it is OpenMP in this LibTorch and inlined into the caller, which is not built with OpenMP.
+void fused_update(float* p, const float* g, float* m, float* v, int64_t n, const StepScalars& s) {
+  constexpr int64_t kPerThread = 1 << 18;  // ~0.7 ms of work per thread: thread start-up is noise
+  const int64_t workers = std::min<int64_t>(at::get_num_threads(), n / kPerThread);
+  if (workers <= 1) return update_range(p, g, m, v, 0, n, s);
+  std::vector<std::thread> threads;
+  const int64_t chunk = (n + workers - 1) / workers;
+  for (int64_t w = 1; w < workers; ++w) {
+    threads.emplace_back(update_range, p, g, m, v, w * chunk, std::min(n, (w + 1) * chunk), std::cref(s));
+  }
+  update_range(p, g, m, v, 0, chunk, s);
+  for (auto& t : threads) t.join();
+}
+
+// LibTorch's tensor-op path, for what the loop does not take.
+void unfused_update(at::Tensor& p, const at::Tensor& grad, torch::optim::AdamWParamState& state,
+                    const torch::optim::AdamWOptions& o) {
+  const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+  if (o.weight_decay() != 0) p.mul_(1 - o.lr() * o.weight_decay());
+  state.exp_avg().mul_(beta1).add_(grad, 1 - beta1);
+  state.exp_avg_sq().mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(state.step()));
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(state.step()));
+  at::Tensor second = state.exp_avg_sq();
+  if (o.amsgrad()) {
+    if (!state.max_exp_avg_sq().defined()) state.max_exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+    at::maximum_out(state.max_exp_avg_sq(), state.max_exp_avg_sq(), state.exp_avg_sq());
+    second = state.max_exp_avg_sq();
+  }
+  const at::Tensor denom = (second.sqrt() / std::sqrt(bias_correction2)).add_(o.eps());
+  p.addcdiv_(state.exp_avg(), denom, -(o.lr() / bias_correction1));
+}
+
+bool fusable(const at::Tensor& p, const at::Tensor& grad, const torch::optim::AdamWParamState& state) {
+  const auto plain_fp32 = [](const at::Tensor& t) { return t.scalar_type() == at::kFloat && t.is_contiguous() && !t.is_sparse(); };
+  return plain_fp32(p) && plain_fp32(grad) && plain_fp32(state.exp_avg()) && plain_fp32(state.exp_avg_sq());
+}
+
+}  // namespace
+
+at::Tensor FusedAdamW::step(LossClosure closure) {
+  at::NoGradGuard no_grad;
+  at::Tensor loss;
+  if (closure) {
+    at::AutoGradMode grad_on(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups()) {
+    auto& options = static_cast<torch::optim::AdamWOptions&>(group.options());
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      const at::Tensor& grad = p.grad();
+      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      auto found = state().find(key);
+      if (found == state().end()) {
+        auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+        fresh->step(0);
+        fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+        fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+        found = state().emplace(key, std::move(fresh)).first;
+      }
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*found->second);
+      s.step(s.step() + 1);
+      if (!options.amsgrad() && fusable(p, grad, s)) {
+        fused_update(p.data_ptr<float>(), grad.data_ptr<float>(), s.exp_avg().data_ptr<float>(), s.exp_avg_sq().data_ptr<float>(),
+                     p.numel(), scalars_for(options, s.step()));
+      } else {
+        unfused_update(p, grad, s, options);
+      }
+    }
+  }
+  return loss;
+}
+
+}  // namespace hyperparallel::optim
