@@ -10,7 +10,6 @@
 // Prints one line: RESULT mode=... step_ms=... exposed=... bytes_mb=... a2a_mb=... local_params=... rss_mb=...
 // `exposed` is the share of the step spent blocked in wait() on any of the job's groups,
 // `a2a_mb` the all-to-all bytes this rank sent per step (docs/benchmarks.md "Expert parallelism").
-#include <sys/resource.h>
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
@@ -20,6 +19,7 @@
 #include <set>
 #include <string>
 
+#include "bench_common.h"
 #include "hyperparallel/comm/rendezvous.h"
 #include "hyperparallel/ep/expert_parallel.h"
 #include "hyperparallel/fsdp/fully_shard.h"
@@ -35,12 +35,6 @@ namespace {
 
 constexpr int64_t kRows = 8, kSeq = 256;
 
-double peak_rss_mb() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;
-}
-
 // ~27 M parameters, 80 % of them in the experts.
 hp::models::ModelConfig moe_config() {
   hp::models::ModelConfig c = hp::models::debug_flavour_config("qwen3-moe-debug");
@@ -54,11 +48,6 @@ hp::models::ModelConfig moe_config() {
   c.num_experts_per_tok = 2;
   c.moe_intermediate_size = 448;
   return c;
-}
-
-double median_ms(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2] * 1e3;
 }
 
 // One block of the model, forward + backward, the loop and grouped experts taking turns.
@@ -86,9 +75,10 @@ int grouped_vs_loop(int reps) {
       if (r > 0) (use_grouped ? grouped_s : loop_s).push_back(dt);
     }
   }
+  const double loop_ms = hp::benchmarks::median_ms(loop_s), grouped_ms = hp::benchmarks::median_ms(grouped_s);
   std::printf("RESULT mode=grouped_vs_loop tokens=%lld experts=%lld loop_ms=%.1f grouped_ms=%.1f ratio=%.3f\n",
-              static_cast<long long>(rows * kSeq), static_cast<long long>(config.num_experts), median_ms(loop_s),
-              median_ms(grouped_s), median_ms(grouped_s) / median_ms(loop_s));
+              static_cast<long long>(rows * kSeq), static_cast<long long>(config.num_experts), loop_ms, grouped_ms,
+              grouped_ms / loop_ms);
   return 0;
 }
 
@@ -174,7 +164,7 @@ int main(int argc, char** argv) {
     a2a += bytes_now(true) - a2a_before;
   }
   std::sort(times.begin(), times.end());
-  at::Tensor rss = at::tensor({peak_rss_mb()}, at::kDouble);
+  at::Tensor rss = at::tensor({hp::benchmarks::peak_rss_mb()}, at::kDouble);
   world->all_reduce(rss, hp::comm::ReduceOp::kMax).wait();
   if (world->rank() == 0) {
     std::printf("RESULT mode=%s ranks=%lld params=%.1fM local_params=%.1fM step_ms=%.0f exposed=%.3f bytes_mb=%.1f "

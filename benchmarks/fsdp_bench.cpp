@@ -11,7 +11,6 @@
 // (compute spans per unit, each collective from issue to completion, time blocked in wait).
 // Prints one line: RESULT mode=... step_ms=... exposed=... rss_mb=... bytes_mb=... exact_mb=...
 // textbook_mb=... (exposed: time blocked in wait() / step time; bytes: sent per rank per step).
-#include <sys/resource.h>
 #include <torch/nn/module.h>
 #include <torch/optim/adamw.h>
 
@@ -22,6 +21,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "bench_common.h"
 #include "hyperparallel/comm/rendezvous.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/fsdp/module_hooks.h"
@@ -34,12 +34,6 @@ namespace hp = hyperparallel;
 namespace {
 
 constexpr int64_t kVocab = 8192, kDim = 640, kHidden = 2560, kLayers = 6, kSeq = 64, kBatch = 4;
-
-double peak_rss_mb() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;
-}
 
 }  // namespace
 
@@ -145,7 +139,7 @@ int main(int argc, char** argv) {
   const double param_bytes = static_cast<double>(numel) * 4;
   const double textbook = mode == "ddp" ? 2.0 * (n - 1) / n * param_bytes : 3.0 * (n - 1) / n * param_bytes;
   if (mode == "ddp") exact_bytes = 2.0 * (n - 1) * ((numel + n - 1) / n) * 4;
-  at::Tensor rss = at::tensor({peak_rss_mb()}, at::kDouble);
+  at::Tensor rss = at::tensor({hp::benchmarks::peak_rss_mb()}, at::kDouble);
   world->all_reduce(rss, hp::comm::ReduceOp::kMax).wait();
   if (world->rank() == 0) {
     std::printf("RESULT mode=%s ranks=%d params=%.1fM step_ms=%.1f exposed=%.3f rss_mb=%.0f bytes_mb=%.2f "

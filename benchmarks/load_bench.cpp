@@ -12,6 +12,7 @@
 
 #include <ATen/ATen.h>
 
+#include "bench_common.h"
 #include "hyperparallel/comm/rendezvous.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/mesh/device_mesh.h"
@@ -20,15 +21,6 @@
 namespace hp = hyperparallel;
 
 namespace {
-
-double status_mb(const std::string& key) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(key + ":", 0) == 0) return std::stod(line.substr(key.size() + 1)) / 1024.0;  // kB
-  }
-  return 0;
-}
 
 hp::models::ModelConfig bench_config() {
   hp::models::ModelConfig c = hp::models::debug_flavour_config("qwen3-debug");
@@ -61,7 +53,7 @@ int main(int argc, char** argv) {
   std::shared_ptr<hp::comm::Communicator> world;
   if (mode == "sharded") world = hp::comm::init_process_group(hp::comm::rendezvous_info_from_env());
   const int rank = world ? world->rank() : 0;
-  const double before = status_mb("VmRSS");
+  const double before = hp::benchmarks::status_mb("VmRSS");
   if (mode == "full") {
     auto model = hp::models::AutoModelForCausalLM::from_pretrained(dir);
   } else {
@@ -75,7 +67,7 @@ int main(int argc, char** argv) {
     hp::models::load_pretrained_weights(*model, dir);
     world->barrier().wait();
   }
-  const double peak = status_mb("VmHWM");
+  const double peak = hp::benchmarks::status_mb("VmHWM");
   std::printf("RESULT mode=%s rank=%d rss_before_mb=%.1f peak_rss_mb=%.1f growth_mb=%.1f\n", mode.c_str(), rank, before, peak,
               peak - before);
   return 0;

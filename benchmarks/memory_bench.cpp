@@ -24,6 +24,7 @@
 #include <fstream>
 #include <string>
 
+#include "bench_common.h"
 #include "bench_qwen3.h"
 #include "hyperparallel/models/activation_checkpoint.h"
 #include "hyperparallel/models/auto_model.h"
@@ -34,15 +35,6 @@ namespace hp = hyperparallel;
 namespace {
 
 constexpr int64_t kRows = 4, kSeq = 512;
-
-// A field of /proc/self/status in MiB (VmRSS, VmHWM).
-double status_mb(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
-  }
-  return -1;
-}
 
 }  // namespace
 
@@ -72,7 +64,7 @@ int main(int argc, char** argv) {
   };
   step(0);  // AdamW state and gradients exist from here on
   malloc_trim(0);  // hand back what the warm-up step freed, so `resident` is what stays
-  const double resident = status_mb("VmRSS");
+  const double resident = hp::benchmarks::status_mb("VmRSS");
   std::ofstream("/proc/self/clear_refs") << "5";  // reset the high-water mark
   std::vector<double> times;
   for (int s = 1; s <= steps; ++s) {
@@ -81,7 +73,7 @@ int main(int argc, char** argv) {
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(times.begin(), times.end());
-  const double peak = status_mb("VmHWM");
+  const double peak = hp::benchmarks::status_mb("VmHWM");
   std::printf("RESULT mode=%s%s step_ms=%.0f resident_mb=%.0f peak_mb=%.0f activation_mb=%.0f\n", mode.c_str(), cached ? " allocator=cached" : "",
               times[times.size() / 2] * 1e3, resident, peak, peak - resident);
   return 0;

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench_common.h"
 #include "hyperparallel/optim/fused_adamw.h"
 
 namespace {
@@ -26,11 +27,6 @@ std::vector<at::Tensor> parameters_of_10m() {
   }
   for (auto& p : params) p.mutable_grad() = at::randn(p.sizes(), gen);
   return params;
-}
-
-double median_ms(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2] * 1e3;
 }
 
 }  // namespace
@@ -50,7 +46,8 @@ int main(int argc, char** argv) {
       if (r > 0) (use_fused ? fused_s : torch_s).push_back(dt);
     }
   }
-  std::printf("RESULT params=10M torch_ms=%.1f fused_ms=%.1f ratio=%.3f threads=%d\n", median_ms(torch_s), median_ms(fused_s),
-              median_ms(fused_s) / median_ms(torch_s), at::get_num_threads());
+  const double torch_ms = hyperparallel::benchmarks::median_ms(torch_s), fused_ms = hyperparallel::benchmarks::median_ms(fused_s);
+  std::printf("RESULT params=10M torch_ms=%.1f fused_ms=%.1f ratio=%.3f threads=%d\n", torch_ms, fused_ms, fused_ms / torch_ms,
+              at::get_num_threads());
   return 0;
 }

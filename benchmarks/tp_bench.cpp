@@ -8,7 +8,6 @@
 // Prints one line: RESULT mode=... step_ms=... exposed=... bytes_mb=... exact_mb=... local_params=... rss_mb=...
 // `exposed` is the share of the step spent blocked in wait() on any of the job's groups;
 // `exact_mb` the traffic our design moves per rank and step (docs/benchmarks.md "Tensor parallelism").
-#include <sys/resource.h>
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 #include <cstdio>
 #include <string>
 
+#include "bench_common.h"
 #include "bench_qwen3.h"
 #include "hyperparallel/comm/rendezvous.h"
 #include "hyperparallel/fsdp/fully_shard.h"
@@ -30,12 +30,6 @@ namespace hp = hyperparallel;
 namespace {
 
 constexpr int64_t kRows = 8, kSeq = 256;
-
-double peak_rss_mb() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;
-}
 
 // Our design's bytes per rank and step. FSDP over n: blocks all-gather twice and
 // reduce-scatter once, the root gathers once. TP over t with SP + LP, per layer: two
@@ -133,7 +127,7 @@ int main(int argc, char** argv) {
     bytes += bytes_now() - bytes_before;
   }
   std::sort(times.begin(), times.end());
-  at::Tensor rss = at::tensor({peak_rss_mb()}, at::kDouble);
+  at::Tensor rss = at::tensor({hp::benchmarks::peak_rss_mb()}, at::kDouble);
   world->all_reduce(rss, hp::comm::ReduceOp::kMax).wait();
   if (world->rank() == 0) {
     std::printf("RESULT mode=%s ranks=%lld params=%.1fM local_params=%.1fM step_ms=%.0f exposed=%.3f bytes_mb=%.1f "

@@ -2,11 +2,13 @@
 # Model throughput next to a matmul roofline (with and without plan_overrides), and peak RSS
 # of loading a ~290 MB checkpoint whole vs sharded over 4 ranks, in one run (docs/benchmarks.md).
 set -euo pipefail
+# shellcheck source=bench_lib.sh
+source "$(dirname "$0")/bench_lib.sh"
 build=${1:-build}
 steps=${STEPS:-5}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%d), $(nproc) cores"
+bench_header
 "$build/model_bench" "$steps"
 "$build/load_bench" prepare "$dir/model"
 "$build/load_bench" full "$dir/model" | grep RESULT

@@ -4,12 +4,14 @@
 # a one-time `npm install tokenizers@0.23.2` into $HF_TOKENIZERS_DIR (default
 # build/hf_tokenizers); without it only our numbers are printed.
 set -euo pipefail
+# shellcheck source=bench_lib.sh
+source "$(dirname "$0")/bench_lib.sh"
 build=${1:-build}
 ref=${HF_TOKENIZERS_DIR:-$build/hf_tokenizers}
 fixtures=tests/fixtures/tokenizer
 text=$(mktemp)
 trap 'rm -f "$text"' EXIT
-echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%d), $(nproc) cores"
+bench_header
 for name in qwen3 llama3 mistral; do
   echo "== $name"
   OMP_NUM_THREADS=1 "$build/tokenizer_bench" "$fixtures/$name" "$fixtures/expected/corpus.jsonl" "$text"
