@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include "hyperparallel/dtensor/parameter_specs.h"
 #include "hyperparallel/ep/expert_parallel.h"
 #include "hyperparallel/models/activation_checkpoint.h"
 #include "hyperparallel/models/causal_lm.h"
@@ -103,6 +104,22 @@ void order_backward_prefetch(const models::ModelConfig& config, std::vector<fsdp
   }
 }
 
+// Under EP the experts are sharded over edp whatever fsdp_config.replicate_params says: a
+// pattern that names only expert parameters would do nothing, so it is an error.
+void check_replicate_params_are_dense(const TrainConfig& c, models::CausalLM& model) {
+  const auto& experts = dtensor::parameter_owners(model);
+  for (const auto& pattern : c.fsdp_config.replicate_params) {
+    bool dense = false;
+    for (const auto& item : model.named_parameters()) {
+      if (!experts.count(item.key()) && fnmatch(pattern.c_str(), item.key().c_str(), 0) == 0) dense = true;
+    }
+    if (!dense) {
+      throw UserError("fsdp_config.replicate_params: '" + pattern + "' matches only expert parameters, which expert parallelism "
+                      "shards over the edp ranks; remove it or name dense parameters");
+    }
+  }
+}
+
 // Expert parallelism over layout.expert_mesh["ep"]; the tp ranks split their shared tokens.
 void parallelize_experts(models::CausalLM& model, const ParallelLayout& layout) {
   check_experts_fit(model.config(), layout.dims.ep);
@@ -188,6 +205,7 @@ ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout,
       if (*k >= edp || edp % *k != 0) experts.reshard_after_forward = true;
     }
     experts.replicate_params.clear();  // fsdp_config.replicate_params name dense parameters
+    check_replicate_params_are_dense(c, model);
     for (auto* m : ep::expert_modules(model)) out.units.push_back(fsdp::fully_shard(*m, experts));
   }
   const size_t expert_units = out.units.size();

@@ -278,6 +278,15 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
       log << "ignored (no effect here; docs/config.md):\n";
       for (const auto& [key, why] : c.ignored_keys) log << "  " << key << ": " << why << "\n";
     }
+    if (layout.expert_mesh) {
+      log << "experts: " << layout.expert_mesh->to_string() << ", " << model->config().num_experts / layout.dims.ep
+          << " experts per rank in each MoE layer\n";
+    }
+    if (const std::string ac = activation_checkpoint_mode(c); ac != "off") {
+      const int64_t every = c.activation_checkpoint.every;
+      log << "activation checkpointing: " << ac << (every > 1 ? ", every " + std::to_string(every) + " layers" : "") << "\n";
+    }
+    if (c.chunked_loss.enabled) log << "chunked loss: " << c.chunked_loss.chunk_size << " tokens per chunk\n";
     if (c.validate_placement) {
       log << (tp > 1 ? "model.validate_placement: Validation mode, every module boundary of the tensor-parallel plan is checked\n"
                      : "model.validate_placement: no tp axis (tp_size 1), so no placement to check\n");

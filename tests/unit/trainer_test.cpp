@@ -338,7 +338,9 @@ TEST(Trainer, ExpertParallelLayoutsThatDoNotFitAreUserErrors) {
       {2, {"model_name_or_path=qwen3-moe-debug", "accelerator.ep_size=4"},
        "accelerator.ep_size / fsdp_config.edp_shard_size: ep(4) does not divide dp_shard(2) x cp(1) x tp(1) = 2"},
       {4, {"model_name_or_path=qwen3-moe-debug", "accelerator.ep_size=2", "fsdp_config.edp_shard_size=4"},
-       "edp_shard(4) x ep(2) = 8 != dp_shard(4) x cp(1) x tp(1) = 4; set edp_shard_size: -1 to infer it"}};
+       "edp_shard(4) x ep(2) = 8 != dp_shard(4) x cp(1) x tp(1) = 4; set edp_shard_size: -1 to infer it"},
+      {2, {"model_name_or_path=qwen3-moe-debug", "accelerator.ep_size=2", "fsdp_config.replicate_params=['*.experts.*']"},
+       "fsdp_config.replicate_params: '*.experts.*' matches only expert parameters"}};
   for (const auto& [ranks, extra, expected] : misfits) {
     std::vector<std::string> o = base_overrides(temp_dir("ep_misfit"));
     o.insert(o.end(), extra.begin(), extra.end());
