@@ -12,11 +12,9 @@
 // `a2a_mb` the all-to-all bytes this rank sent per step (docs/benchmarks.md "Expert parallelism").
 #include <torch/optim/adamw.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <set>
 #include <string>
 
 #include "bench_common.h"
@@ -100,7 +98,6 @@ int main(int argc, char** argv) {
 
   const auto dense = hp::mesh::init_device_mesh(world, "cpu", {n}, {"dp_shard"});
   std::vector<std::shared_ptr<hp::comm::Communicator>> groups{dense.comm()};
-  std::shared_ptr<hp::comm::Communicator> ep_comm;
   hp::fsdp::FullyShardOptions shard;
   shard.mesh = dense;
   if (ep > 1) {
@@ -109,69 +106,37 @@ int main(int argc, char** argv) {
     hp::fsdp::FullyShardOptions expert_shard = shard;
     expert_shard.mesh = experts["edp"];
     for (auto* m : hp::ep::expert_modules(*model)) hp::fsdp::fully_shard(*m, expert_shard);
-    ep_comm = experts.comm("ep");
-    groups.push_back(ep_comm);
+    groups.push_back(experts.comm("ep"));
     groups.push_back(experts.comm("edp"));
   }
   for (auto* layer : model->decoder_layers()) hp::fsdp::fully_shard(*layer, shard);
   hp::fsdp::fully_shard(*model, shard);
-  std::set<hp::comm::Communicator*> seen;
-  std::vector<std::shared_ptr<hp::comm::Communicator>> distinct;
-  for (const auto& g : groups) {
-    if (seen.insert(g.get()).second) distinct.push_back(g);
-  }
   int64_t local_params = 0;
   for (const auto& p : model->parameters()) local_params += p.numel();
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
-  const auto waited = [&] {
-    double s = 0;
-    for (const auto& g : distinct) s += g->wait_seconds();
-    return s;
-  };
-  const auto bytes_now = [&](bool all_to_all_only) {
-    int64_t b = 0;
-    for (const auto& g : distinct) {
-      b += all_to_all_only ? g->counters()[hp::comm::CollectiveKind::kAllToAll].bytes : g->counters().total_bytes();
-    }
-    return b;
-  };
 
   const int64_t rows = kRows / n;
-  std::vector<double> times;
-  double exposed = 0, total = 0;
-  int64_t bytes = 0, a2a = 0;
-  for (int s = 0; s < steps + 1; ++s) {  // the first step warms the allocator and the groups
+  hp::benchmarks::StepMeter meter(groups);
+  meter.run(*world, steps, [&](int s) {
     auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(100 + s));
     const at::Tensor ids = at::randint(config.vocab_size, {kRows, kSeq}, gen, at::kLong);
     hp::models::CausalLMInput in;
     in.input_ids = ids.narrow(0, world->rank() * rows, rows);
     in.labels = in.input_ids;
     in.output_router_logits = false;
-    world->barrier().wait();
-    const double wait_before = waited();
-    const int64_t bytes_before = bytes_now(false), a2a_before = bytes_now(true);
-    const auto t0 = std::chrono::steady_clock::now();
     auto out = model->forward(in);
     opt.zero_grad();
     out.loss.backward();
     opt.step();
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s == 0) continue;
-    times.push_back(dt);
-    total += dt;
-    exposed += waited() - wait_before;
-    bytes += bytes_now(false) - bytes_before;
-    a2a += bytes_now(true) - a2a_before;
-  }
-  std::sort(times.begin(), times.end());
+  });
   at::Tensor rss = at::tensor({hp::benchmarks::peak_rss_mb()}, at::kDouble);
   world->all_reduce(rss, hp::comm::ReduceOp::kMax).wait();
   if (world->rank() == 0) {
     std::printf("RESULT mode=%s ranks=%lld params=%.1fM local_params=%.1fM step_ms=%.0f exposed=%.3f bytes_mb=%.1f "
                 "a2a_mb=%.1f rss_mb=%.0f\n",
                 mode.c_str(), static_cast<long long>(n), config.parameter_count() / 1e6, local_params / 1e6,
-                times[times.size() / 2] * 1e3, exposed / total, static_cast<double>(bytes) / steps / 1e6,
-                static_cast<double>(a2a) / steps / 1e6, rss.item<double>());
+                meter.median_step_ms(), meter.exposed_share(), meter.mb_per_step(), meter.all_to_all_mb_per_step(),
+                rss.item<double>());
   }
   world->barrier().wait();
   return 0;

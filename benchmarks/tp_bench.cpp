@@ -10,8 +10,6 @@
 // `exact_mb` the traffic our design moves per rank and step (docs/benchmarks.md "Tensor parallelism").
 #include <torch/optim/adamw.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -88,52 +86,27 @@ int main(int argc, char** argv) {
   int64_t local_params = 0;
   for (const auto& p : model->parameters()) local_params += p.numel();
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
-  std::vector<std::shared_ptr<hp::comm::Communicator>> groups{mesh.comm("dp_shard"), mesh.comm("tp")};
-  if (groups[0] == groups[1]) groups.pop_back();
-  const auto waited = [&] {
-    double s = 0;
-    for (const auto& g : groups) s += g->wait_seconds();
-    return s;
-  };
-  const auto bytes_now = [&] {
-    int64_t b = 0;
-    for (const auto& g : groups) b += g->counters().total_bytes();
-    return b;
-  };
+  hp::benchmarks::StepMeter meter({mesh.comm("dp_shard"), mesh.comm("tp")});
 
   const int64_t rows = kRows / dp, dp_rank = mesh.coordinates()[0];
-  std::vector<double> times;
-  double exposed = 0, total = 0;
-  int64_t bytes = 0;
-  for (int s = 0; s < steps + 1; ++s) {  // the first step warms the allocator and the groups
+  meter.run(*world, steps, [&](int s) {
     auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(100 + s));
     const at::Tensor ids = at::randint(config.vocab_size, {kRows, kSeq}, gen, at::kLong);
     hp::models::CausalLMInput in;
     in.input_ids = ids.narrow(0, dp_rank * rows, rows);
     in.labels = in.input_ids;
-    world->barrier().wait();
-    const double wait_before = waited();
-    const int64_t bytes_before = bytes_now();
-    const auto t0 = std::chrono::steady_clock::now();
     auto out = model->forward(in);
     opt.zero_grad();
     out.loss.backward();
     opt.step();
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s == 0) continue;
-    times.push_back(dt);
-    total += dt;
-    exposed += waited() - wait_before;
-    bytes += bytes_now() - bytes_before;
-  }
-  std::sort(times.begin(), times.end());
+  });
   at::Tensor rss = at::tensor({hp::benchmarks::peak_rss_mb()}, at::kDouble);
   world->all_reduce(rss, hp::comm::ReduceOp::kMax).wait();
   if (world->rank() == 0) {
     std::printf("RESULT mode=%s ranks=%lld params=%.1fM local_params=%.1fM step_ms=%.0f exposed=%.3f bytes_mb=%.1f "
                 "exact_mb=%.1f rss_mb=%.0f\n",
                 mode.c_str(), static_cast<long long>(n), config.parameter_count() / 1e6, local_params / 1e6,
-                times[times.size() / 2] * 1e3, exposed / total, static_cast<double>(bytes) / steps / 1e6,
+                meter.median_step_ms(), meter.exposed_share(), meter.mb_per_step(),
                 exact_bytes(config, dp, tp, unit_numels, rows) / 1e6, rss.item<double>());
   }
   world->barrier().wait();

@@ -225,16 +225,6 @@ void check_keys(const std::set<std::string>& expected, const Map& state) {
 
 }  // namespace
 
-namespace {
-
-// The dtype full_parameters gives an owned parameter: fp32 when FSDP manages the model (its
-// masters), else the parameter's own.
-at::ScalarType full_dtype(torch::nn::Module& root, const dtensor::ParameterOwner& owner) {
-  return units_under(root).units.empty() ? owner.dtype : at::kFloat;
-}
-
-}  // namespace
-
 std::map<std::string, at::Tensor> full_parameters(torch::nn::Module& root) {
   std::map<std::string, at::Tensor> out;
   std::set<const c10::TensorImpl*> done;
@@ -255,7 +245,9 @@ std::map<std::string, at::Tensor> full_parameters(torch::nn::Module& root) {
   for (const auto& [name, owner] : dtensor::parameter_owners(root)) {  // from the rank that holds it
     // fp32 on the wire whatever the holder has (FSDP's masters are fp32, an unsharded model's
     // parameters its own dtype), so every rank's buffer has the same size.
-    const at::ScalarType dtype = owner.held_here() ? out.at(name).scalar_type() : full_dtype(root, owner);
+    // A rank without it returns what the holder had: FSDP's fp32 master, or an unsharded
+    // model's parameter in its own dtype.
+    const at::ScalarType dtype = owner.held_here() ? out.at(name).scalar_type() : found.units.empty() ? owner.dtype : at::kFloat;
     at::Tensor t = owner.held_here() ? out.at(name).to(at::kFloat).contiguous() : at::empty(owner.shape, at::kFloat);
     owner.group->broadcast(t, owner.owner).wait();
     out[name] = t.to(dtype);

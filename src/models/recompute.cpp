@@ -12,6 +12,13 @@ namespace {
 
 thread_local int recompute_depth = 0;  // segments being rerun on this thread (reentrant backward nests)
 
+struct RecomputeScope {
+  RecomputeScope() { ++recompute_depth; }
+  ~RecomputeScope() { --recompute_depth; }
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+};
+
 struct SegmentHolder : torch::CustomClassHolder {
   RecomputedSegment segment;
   at::Tensor rng_state;  // the CPU generator before the forward, replayed by the recompute
@@ -53,14 +60,8 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
     at::Tensor out;
     {
       at::AutoGradMode grad_on(true);
-      ++recompute_depth;
-      try {
-        out = holder->segment(input, &extra);
-      } catch (...) {
-        --recompute_depth;
-        throw;
-      }
-      --recompute_depth;
+      const RecomputeScope scope;
+      out = holder->segment(input, &extra);
     }
     generator.set_state(rng_after);
     // Outputs whose gradient did not arrive (unused) and outputs that need none are left out.
