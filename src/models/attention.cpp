@@ -41,21 +41,25 @@ at::Tensor Attention::forward(const at::Tensor& hidden, const AttentionInputs& i
   q = apply_rope(q.transpose(1, 2), in.cos, in.sin);
   k = apply_rope(k.transpose(1, 2), in.cos, in.sin);
   if (in.cache) std::tie(k, v) = in.cache->append(in.layer, k, v);
-  if (!recompute_core || in.cache) return o_proj->forward(attention_core(q, k, v, in.mask, scaling));
+  if (!recompute_core || in.cache) return o_proj->forward(attention_core(q, k, v, in, scaling));
   // One input for the recompute: q, k and v packed (the function keeps only this).
   const std::vector<int64_t> qs = q.sizes().vec(), ks = k.sizes().vec();
   const at::Tensor packed = at::cat({q.reshape({-1}), k.reshape({-1}), v.reshape({-1})});
-  const at::Tensor mask = in.mask;
+  const AttentionInputs shared = in;  // by value: the core runs again in backward
   const double scale = scaling;
   const at::Tensor out = run_with_recompute(
       packed,
-      [qs, ks, mask, scale](const at::Tensor& all, std::vector<at::Tensor>*) {
+      [qs, ks, shared, scale](const at::Tensor& all, std::vector<at::Tensor>*) {
         const int64_t nq = qs[0] * qs[1] * qs[2] * qs[3], nk = ks[0] * ks[1] * ks[2] * ks[3];
         return attention_core(all.narrow(0, 0, nq).view(qs), all.narrow(0, nq, nk).view(ks), all.narrow(0, nq + nk, nk).view(ks),
-                              mask, scale);
+                              shared, scale);
       },
       nullptr);
   return o_proj->forward(out);
+}
+
+at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionInputs& in, double scaling) {
+  return in.shard ? in.core->attend(q, k, v, *in.shard, scaling) : attention_core(q, k, v, in.mask, scaling);
 }
 
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k_in, const at::Tensor& v_in, const at::Tensor& mask, double scaling) {

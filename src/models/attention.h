@@ -33,6 +33,8 @@ class Attention : public AttentionModule, public ModuleSlots {
 // The attention core on rotated q [B, H, T, D] and k, v [B, H_kv, K, D]: grouped kv heads
 // repeated, scores scaled and masked, softmax in fp32, times v; returns [B, T, H * D].
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scaling);
+// The same with the forward's inputs: through inputs.core for a sequence shard, else with inputs.mask.
+at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionInputs& inputs, double scaling);
 
 // Replaces the norm child `name` of `module` (q_norm, input_layernorm, ...) and returns the
 // new pointer for the owner's member; shared by every ModuleSlots implementation.

@@ -37,6 +37,15 @@ void check_input(const CausalLMInput& in, const ModelConfig& c) {
       throw UserError("CausalLM::forward: position_ids and labels must have the shape of input_ids");
     }
   }
+  if (in.shard) {
+    if (!in.position_ids.defined() || in.cache) {
+      throw UserError("CausalLM::forward: a sequence shard needs position_ids (the tokens' positions in their rows) and no cache");
+    }
+    if (in.shard->index.numel() != shape[1]) {
+      throw UserError("CausalLM::forward: the sequence shard lists " + std::to_string(in.shard->index.numel()) +
+                      " token indices for " + std::to_string(shape[1]) + " tokens");
+    }
+  }
   const int64_t past = in.cache ? in.cache->length() : 0;
   if (in.attention_mask.defined() && (in.attention_mask.dim() != 2 || in.attention_mask.size(0) != shape[0] ||
                                       in.attention_mask.size(1) != past + shape[1])) {
@@ -61,13 +70,20 @@ CausalLMOutput CausalLM::forward(const CausalLMInput& in) {
   std::vector<at::Tensor>* router_logits = want_router_logits ? &out.router_logits : nullptr;
   // Next-token prediction: position t predicts labels[t + 1]; the last position predicts nothing.
   at::Tensor shifted;
-  if (in.labels.defined()) {
+  if (in.shard && !attention_core_) {
+    throw UserError("CausalLM::forward: the input is a sequence shard and the model has no attention core; "
+                    "install one with cp::parallelize_context");
+  }
+  if (in.labels.defined() && in.shard) {
+    shifted = in.labels.reshape({-1});  // next-token targets already
+  } else if (in.labels.defined()) {
     const int64_t batch = in.labels.size(0), seq = in.labels.size(1);
     shifted = at::cat({in.labels.narrow(1, 1, seq - 1), at::full({batch, 1}, -100, in.labels.options())}, 1).reshape({-1});
   }
   const bool chunked = loss_chunk_tokens_ > 0 && shifted.defined();
   const at::Tensor result = fsdp::hooked_forward(*this, [&] {
-    const at::Tensor hidden = model_->forward(in.input_ids, in.attention_mask, in.position_ids, in.document_mask, router_logits, in.cache);
+    const at::Tensor hidden = model_->forward(in.input_ids, in.attention_mask, in.position_ids, in.document_mask, router_logits, in.cache,
+                                             in.shard, in.shard ? attention_core_ : nullptr);
     return chunked ? chunked_loss_sum(hidden, shifted) : head(hidden);
   });
   if (!shifted.defined()) {

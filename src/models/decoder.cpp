@@ -98,7 +98,8 @@ at::Tensor build_attention_mask(int64_t batch, int64_t seq, const at::Tensor& at
 }
 
 at::Tensor DecoderModel::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids_in,
-                                 bool document_mask, std::vector<at::Tensor>* router_logits, KVCache* cache) {
+                                 bool document_mask, std::vector<at::Tensor>* router_logits, KVCache* cache,
+                                 std::shared_ptr<const SequenceShard> shard, std::shared_ptr<AttentionCore> core) {
   const int64_t batch = input_ids.size(0), seq = input_ids.size(1);
   const int64_t past = cache ? cache->length() : 0;
   const at::Tensor position_ids =
@@ -106,7 +107,12 @@ at::Tensor DecoderModel::forward(const at::Tensor& input_ids, const at::Tensor& 
   at::Tensor hidden = embed_tokens->forward(input_ids);
   AttentionInputs inputs;
   std::tie(inputs.cos, inputs.sin) = rope_cos_sin(inv_freq_, position_ids, hidden.scalar_type());
-  inputs.mask = build_attention_mask(batch, seq, attention_mask, position_ids_in, document_mask, hidden.scalar_type(), past);
+  if (shard) {
+    inputs.shard = std::move(shard);
+    inputs.core = std::move(core);
+  } else {
+    inputs.mask = build_attention_mask(batch, seq, attention_mask, position_ids_in, document_mask, hidden.scalar_type(), past);
+  }
   inputs.cache = cache;
   for (size_t i = 0; i < decoder_layers.size(); ++i) {
     inputs.layer = static_cast<int64_t>(i);

@@ -39,9 +39,11 @@ class DecoderModel : public torch::nn::Module, public ModuleSlots {
   DecoderModel(const ModelConfig& config, ParamFactory& factory);
   // Final hidden states [B, T, hidden] (after the final norm). With a cache the tokens follow
   // the cached ones: attention_mask then covers [B, T_past + T] and positions default to
-  // T_past.. (document masking applies to a first call only).
+  // T_past.. (document masking applies to a first call only). With a sequence shard
+  // (context parallelism) there is no dense mask: every attention calls `core` with the shard.
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
-                     bool document_mask, std::vector<at::Tensor>* router_logits, KVCache* cache = nullptr);
+                     bool document_mask, std::vector<at::Tensor>* router_logits, KVCache* cache = nullptr,
+                     std::shared_ptr<const SequenceShard> shard = nullptr, std::shared_ptr<AttentionCore> core = nullptr);
   void replace_child(const std::string& name, std::shared_ptr<torch::nn::Module> replacement) override;
 
   std::shared_ptr<Embedding> embed_tokens;

@@ -41,6 +41,10 @@ at::Tensor FusedQKVAttention::forward(const at::Tensor& hidden, const AttentionI
     q = (*q_norm_)(q);
     k = (*k_norm_)(k);
   }
+  if (in.shard) {  // context parallelism: the installed core attends across ranks
+    return o_proj_->forward(in.core->attend(apply_rope(q.transpose(1, 2), in.cos, in.sin), apply_rope(k.transpose(1, 2), in.cos, in.sin),
+                                            v, *in.shard, scaling_));
+  }
   // The G query heads of KV head kv, position-major: rows t * G + g of one [T*G, D] operand.
   if (q.scalar_type() == at::kFloat && in.cos.scalar_type() == at::kFloat) {
     q = fused_rope(q, in.cos, in.sin, num_kv_heads_).view({batch, num_kv_heads_, seq * groups, head_dim_});

@@ -39,6 +39,11 @@ struct CausalLMInput {
   // Incremental decoding: the tokens follow those cached (attention_mask, when given, then
   // covers [B, T_past + T]); their keys and values are appended. See models/generation.h.
   KVCache* cache = nullptr;
+  // Context parallelism: this input holds the shard's tokens of longer rows (cp/context_parallel.h
+  // makes it). position_ids are then required (the tokens' positions in their rows) and labels
+  // are already next-token targets (shifted in the full rows, -100 for none); the mask comes
+  // from the shard, attention from the installed AttentionCore.
+  std::shared_ptr<const SequenceShard> shard;
 };
 
 struct CausalLMOutput {
@@ -89,6 +94,10 @@ class CausalLM : public torch::nn::Module {
   // undefined. 0 (the default): off. UserError for a negative count.
   void set_loss_chunk_tokens(int64_t tokens);
   int64_t loss_chunk_tokens() const { return loss_chunk_tokens_; }
+  // The attention of inputs that carry a SequenceShard (context parallelism); inputs with whole
+  // rows keep the local attention. Null: none (a sharded input is then a UserError).
+  void set_attention_core(std::shared_ptr<AttentionCore> core) { attention_core_ = std::move(core); }
+  const std::shared_ptr<AttentionCore>& attention_core() const { return attention_core_; }
 
  private:
   ModelConfig config_;
@@ -96,6 +105,7 @@ class CausalLM : public torch::nn::Module {
   std::shared_ptr<Linear> lm_head_;  // null when tied: the head is embed_tokens.weight
   std::shared_ptr<TokenLoss> token_loss_;
   int64_t loss_chunk_tokens_ = 0;
+  std::shared_ptr<AttentionCore> attention_core_;
 
   at::Tensor chunked_loss_sum(const at::Tensor& hidden, const at::Tensor& shifted_labels);
   at::Tensor head(const at::Tensor& hidden);

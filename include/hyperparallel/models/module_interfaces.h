@@ -43,12 +43,37 @@ struct KVCache {
   std::pair<at::Tensor, at::Tensor> append(int64_t layer, const at::Tensor& k, const at::Tensor& v);
 };
 
+// A forward that holds only some tokens of each row (context parallelism, cp/): where its
+// tokens sit in the full rows, and what a mask needs to know of the full rows. A query at
+// full-row index i may see the key at j when j <= i, the key is valid and both are in the
+// same document; attention then goes through an AttentionCore, which builds such masks block
+// by block (nothing [L x L] on one rank).
+struct SequenceShard {
+  at::Tensor index;      // [T] int64: this forward's tokens' indices in the full rows (same for every row)
+  at::Tensor documents;  // [B, L] int64 document id per full-row token; undefined: one document per row
+  at::Tensor valid;      // [B, L] bool, false for padding; undefined: every token valid
+  int64_t full_length = 0;  // L
+};
+
+// Attention over a sequence that is spread over several ranks: q [B, H, T, D] and k, v
+// [B, H_kv, T, D] (after rotary) of this forward's tokens; returns [B, T, H * D] as
+// attention_core does. Installed on the model from outside (CausalLM::set_attention_core).
+class AttentionCore {
+ public:
+  virtual ~AttentionCore() = default;
+  virtual at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const SequenceShard& shard,
+                            double scaling) = 0;
+};
+
 // What every attention layer of one forward shares.
 struct AttentionInputs {
   at::Tensor cos, sin;  // rotary tables [B, T, head_dim] in the compute dtype
   at::Tensor mask;      // additive [B, 1, T, T_past + T]: 0 where a query may attend, dtype min elsewhere
   KVCache* cache = nullptr;  // incremental decoding: append to and attend over this
   int64_t layer = 0;         // this layer's index into the cache
+  // A sequence shard: no dense mask; attention goes through `core` (both set together).
+  std::shared_ptr<const SequenceShard> shard;
+  std::shared_ptr<AttentionCore> core;
 };
 
 class AttentionModule : public torch::nn::Module {
