@@ -4,7 +4,11 @@
 // (dp2 x cp2) and with TP (tp2 x cp2); the bytes each algorithm moves per layer against its
 // theory; the zigzag split; and the errors.
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <torch/optim/sgd.h>
+
+#include <fstream>
+#include <sstream>
 
 #include "hyperparallel/cp/context_parallel.h"
 #include "hyperparallel/fsdp/clip_grad_norm.h"
@@ -177,6 +181,160 @@ TEST(ContextParallel, EveryAlgorithmTrainsAsOneProcessAtCp2WithFsdp) {
 TEST(ContextParallel, ComposesWithTensorParallelism) {
   testing::run_on_ranks(4, [](testing::RankContext& ctx) {
     for (const char* algorithm : {"ulysses", "ring"}) expect_matches_one_process(ctx, Layout{4, 2, 2, algorithm, 0});
+  });
+}
+
+// One forward and backward of the unwrapped model (no FSDP) on a [1, length] row through cp
+// over the whole world; the world's counters then hold the attention's traffic only.
+comm::CommCounters one_step_counters(testing::RankContext& ctx, const std::string& algorithm, int64_t length) {
+  auto model = make_model();
+  cp::ContextParallelOptions options;
+  options.algorithm = algorithm;
+  cp::parallelize_context(*model, ctx.world, options);
+  auto gen = at::detail::createCPUGenerator(3);
+  models::CausalLMInput in;
+  in.input_ids = at::randint(32, {1, length}, gen, at::kLong);
+  in.labels = in.input_ids;
+  in = cp::shard_sequence(in, ctx.world_size, ctx.rank);
+  ctx.world->reset_counters();
+  model->forward(in).lm_loss_sum.backward();
+  return ctx.world->counters();
+}
+
+// Per layer and rank, with S_q and S_kv the bytes of this rank's q and of its k (or v):
+// Ulysses 4 all-to-alls each way moving (n-1)/n of q, k, v and the output; all-gather of K
+// and V forward, reduce-scatter of dK, dV backward; ring (n-1) K/V blocks forward, (n-1) K/V
+// blocks and n dK/dV blocks backward, point to point.
+TEST(ContextParallel, BytesPerLayerAreEachAlgorithmsTheory) {
+  testing::run_on_ranks(4, [](testing::RankContext& ctx) {
+    const models::ModelConfig c = test_config();
+    const int64_t n = 4, length = 64, layers = c.num_hidden_layers, tokens = length / n;
+    const int64_t s_q = tokens * c.num_attention_heads * c.head_dim * 4, s_kv = tokens * c.num_key_value_heads * c.head_dim * 4;
+    const comm::CommCounters ulysses = one_step_counters(ctx, "ulysses", length);
+    EXPECT_EQ(ulysses[comm::CollectiveKind::kAllToAll].calls, 8 * layers);
+    EXPECT_EQ(ulysses[comm::CollectiveKind::kAllToAll].bytes, 2 * layers * (n - 1) * (2 * s_q + 2 * s_kv) / n);
+    const comm::CommCounters gather = one_step_counters(ctx, "allgather", length);
+    EXPECT_EQ(gather[comm::CollectiveKind::kAllGather].calls, 2 * layers);
+    EXPECT_EQ(gather[comm::CollectiveKind::kAllGather].bytes, layers * 2 * (n - 1) * s_kv);
+    EXPECT_EQ(gather[comm::CollectiveKind::kReduceScatter].bytes, layers * 2 * (n - 1) * s_kv);
+    const comm::CommCounters ring = one_step_counters(ctx, "ring", length);
+    EXPECT_EQ(ring[comm::CollectiveKind::kSend].calls, layers * (3 * n - 2));
+    EXPECT_EQ(ring[comm::CollectiveKind::kSend].bytes, layers * (3 * n - 2) * 2 * s_kv);
+    EXPECT_EQ(ring[comm::CollectiveKind::kRecv].bytes, layers * (3 * n - 2) * 2 * s_kv);
+    EXPECT_EQ(ring[comm::CollectiveKind::kAllToAll].calls + ring[comm::CollectiveKind::kAllGather].calls, 0);
+  });
+}
+
+double status_mb(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
+  }
+  return 0;
+}
+
+// The rise of this process's peak RSS over one forward and backward of a long row (the
+// plain model when cp is 1), in MiB.
+double attention_peak_mb(const testing::RankContext* ctx, const std::string& algorithm) {
+  models::ModelConfig c = test_config();
+  c.num_hidden_layers = 1;
+  models::ModelLoadOptions load;
+  load.seed = 2;
+  auto model = models::AutoModelForCausalLM::from_config(c, load);
+  models::CausalLMInput in;
+  in.input_ids = at::randint(32, {1, 2048}, at::detail::createCPUGenerator(4), at::kLong);
+  in.labels = in.input_ids;
+  if (ctx) {
+    cp::ContextParallelOptions options;
+    options.algorithm = algorithm;
+    cp::parallelize_context(*model, ctx->world, options);
+    in = cp::shard_sequence(in, ctx->world_size, ctx->rank);
+  }
+  malloc_trim(0);
+  std::ofstream("/proc/self/clear_refs") << "5";  // reset the high-water mark
+  const double before = status_mb("VmRSS");
+  model->forward(in).lm_loss_sum.backward();
+  return status_mb("VmHWM") - before;
+}
+
+// Attention activations per rank fall with cp: [T x T] scores at cp 1, about 1/cp of them
+// with all-gather and Ulysses, and ring keeps only q, k, v, output and log-sum-exp.
+TEST(ContextParallel, PeakMemoryPerRankFallsWithCp) {
+  const double plain = attention_peak_mb(nullptr, "");
+  if (!testing::is_rank_process()) std::printf("plain model, one process: peak rise %.0f MiB\n", plain);
+  EXPECT_GT(plain, 200);  // the row is long enough for attention to dominate
+  for (int cp : {2, 4}) {
+    for (const std::string algorithm : {"allgather", "ulysses", "ring"}) {  // each in fresh processes
+      testing::run_on_ranks(cp, [cp, plain, algorithm](testing::RankContext& ctx) {
+        const double peak = attention_peak_mb(&ctx, algorithm);
+        std::printf("cp %d %s rank %d: peak rise %.0f MiB (%.2f of the plain model)\n", cp, algorithm.c_str(), ctx.rank, peak, peak / plain);
+        EXPECT_LT(peak, plain * (cp == 2 ? 0.7 : 0.45)) << algorithm;
+      });
+    }
+  }
+}
+
+TEST(ContextParallel, ZigzagShardsBalanceTheCausalWork) {
+  EXPECT_TRUE(cp::zigzag_index(8, 2, 0).equal(at::tensor({0, 1, 6, 7}, at::kLong)));
+  EXPECT_TRUE(cp::zigzag_index(8, 2, 1).equal(at::tensor({2, 3, 4, 5}, at::kLong)));
+  EXPECT_EQ(cp::padded_length(61, 4), 64);
+  EXPECT_EQ(cp::padded_length(64, 4), 64);
+  models::CausalLMInput in;
+  in.input_ids = at::arange(1, 8, at::kLong).view({1, 7});
+  in.labels = in.input_ids.clone();
+  in.position_ids = at::tensor({0, 1, 2, 0, 1, 2, 3}, at::kLong).view({1, 7});
+  const models::CausalLMInput r0 = cp::shard_sequence(in, 2, 0), r1 = cp::shard_sequence(in, 2, 1);
+  // Padded to 8, labels shifted in the full row before the split: [2 3 4 5 6 7 -100 -100].
+  EXPECT_TRUE(r0.input_ids.equal(at::tensor({1, 2, 7, 0}, at::kLong).view({1, 4})));
+  EXPECT_TRUE(r0.labels.equal(at::tensor({2, 3, -100, -100}, at::kLong).view({1, 4})));
+  EXPECT_TRUE(r1.labels.equal(at::tensor({4, 5, 6, 7}, at::kLong).view({1, 4})));
+  EXPECT_TRUE(r0.position_ids.equal(at::tensor({0, 1, 3, 4}, at::kLong).view({1, 4})));
+  EXPECT_TRUE(r0.attention_mask.equal(at::tensor({1, 1, 1, 0}, at::kLong).view({1, 4})));
+  EXPECT_TRUE(r0.shard->documents.equal(at::tensor({1, 1, 1, 2, 2, 2, 2, 2}, at::kLong).view({1, 8})));  // padding starts none
+}
+
+TEST(ContextParallel, LayoutsThatDoNotFitAreUserErrors) {
+  const auto message = [](const cp::ContextParallelOptions& o, int64_t cp_size) {
+    try {
+      cp::resolved_ulysses_degree(o, cp_size);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message({"zigzag", 0, 1}, 4).find("not one of: ulysses, allgather, ring, hybrid"), std::string::npos);
+  EXPECT_NE(message({"hybrid", 0, 1}, 4).find("hybrid needs ulysses_degree"), std::string::npos);
+  EXPECT_NE(message({"ring", 3, 1}, 4).find("does not divide cp_size 4"), std::string::npos);
+  EXPECT_NE(message({"ulysses", 2, 1}, 4).find("use cp_algorithm: hybrid"), std::string::npos);
+  EXPECT_EQ(cp::resolved_ulysses_degree({"ulysses", 0, 1}, 4), 4);
+  EXPECT_EQ(cp::resolved_ulysses_degree({"ring", 0, 1}, 4), 1);
+  EXPECT_EQ(cp::valid_ulysses_degrees(8, 2, 4), "1, 2");
+  testing::run_on_ranks(4, [](testing::RankContext& ctx) {
+    auto model = models::AutoModelForCausalLM::from_pretrained("qwen3-debug");  // 4 heads, 2 kv heads
+    try {
+      cp::parallelize_context(*model, ctx.world, {"ulysses", 0, 1});
+      ADD_FAILURE() << "Ulysses over 4 ranks with 2 kv heads was accepted";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("Ulysses degree 4 must divide each rank's 4 attention heads and 2 kv heads"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("valid degrees for 4 cp ranks: 1, 2"), std::string::npos) << e.what();
+    }
+    models::CausalLMInput in;
+    in.input_ids = at::zeros({1, 8}, at::kLong);
+    try {
+      model->forward(cp::shard_sequence(in, 4, ctx.rank));  // no core installed
+      ADD_FAILURE() << "a sequence shard ran without an attention core";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("install one with cp::parallelize_context"), std::string::npos) << e.what();
+    }
+    cp::parallelize_context(*model, ctx.world, {"ring", 0, 1});
+    try {
+      model->forward(cp::shard_sequence(in, 2, ctx.rank % 2));  // sharded for 2 ranks, run over 4
+      ADD_FAILURE() << "a shard made for another cp size was accepted";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("make inputs with cp::shard_sequence"), std::string::npos) << e.what();
+    }
   });
 }
 
