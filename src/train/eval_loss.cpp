@@ -25,14 +25,14 @@ double evaluate_loss(models::CausalLM& model, const std::vector<data::TrainingRo
       if (r < n) mine.push_back(&rows[r]);
     }
     if (mine.empty()) mine.push_back(&silent);
-    for (const auto* row : mine) tokens += static_cast<double>(data::label_tokens(*row));
-    const models::CausalLMOutput out = model.forward(model_input(data::collate_rows(mine, pad_id)));
+    const models::CausalLMOutput out = model.forward(model_input(data::collate_rows(mine, pad_id), share.cp, share.cp_rank));
     loss_sum += out.lm_loss_sum.item<double>();
+    tokens += static_cast<double>(out.label_tokens);  // this rank's share of the rows' label tokens
   }
   for (auto& unit : units) unit.reshard();
   at::Tensor sums = at::tensor({loss_sum, tokens}, at::kDouble);
   world.all_reduce(sums).wait();
-  // tp ranks of a group count the same rows.
+  // tp ranks of a group count the same rows (in the sum and the count alike).
   return sums[0].item<double>() / std::max(1.0, sums[1].item<double>());
 }
 

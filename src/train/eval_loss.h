@@ -25,6 +25,7 @@ namespace hyperparallel::train {
 struct EvalShare {
   int64_t rows_per_micro_batch = 1;  // per_device_eval_batch_size
   int64_t dp = 1, dp_rank = 0, tp = 1;
+  int64_t cp = 1, cp_rank = 0;  // cp ranks take their share of each row's sequence
 };
 
 // Collective over `world`; every rank passes the same rows.

@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include "hyperparallel/cp/context_parallel.h"
 #include "hyperparallel/dtensor/parameter_specs.h"
 #include "hyperparallel/ep/expert_parallel.h"
 #include "hyperparallel/models/activation_checkpoint.h"
@@ -45,13 +46,21 @@ fsdp::FullyShardOptions shard_options(const TrainConfig& c, const mesh::DeviceMe
   return o;
 }
 
-mesh::DeviceMesh compact_mesh(const mesh::ParallelDims& d, const std::shared_ptr<comm::Communicator>& world) {
+// (dp_replicate?, dp_shard, cp?, tp?); with `fold_cp` the cp axis is merged into dp_shard
+// (FSDP's view: cp is inner to dp_shard, so the merged axis is the same ranks).
+mesh::DeviceMesh compact_mesh(const mesh::ParallelDims& d, const std::shared_ptr<comm::Communicator>& world, bool fold_cp = false) {
   std::vector<int64_t> shape;
   std::vector<std::string> names;
   if (d.dp_replicate > 1) shape.push_back(d.dp_replicate), names.push_back("dp_replicate");
-  shape.push_back(d.dp_shard), names.push_back("dp_shard");
+  shape.push_back(fold_cp ? d.dp_shard * d.cp : d.dp_shard), names.push_back(fold_cp ? "dp_shard_cp" : "dp_shard");
+  if (d.cp > 1 && !fold_cp) shape.push_back(d.cp), names.push_back("cp");
   if (d.tp > 1) shape.push_back(d.tp), names.push_back("tp");
   return mesh::init_device_mesh(world, "cpu", shape, names);
+}
+
+// The mesh's data axes: (dp_replicate, <shard axis>) or the shard axis alone.
+mesh::DeviceMesh data_axes(const mesh::DeviceMesh& m, const mesh::ParallelDims& d, const std::string& shard_axis) {
+  return d.dp_replicate > 1 ? m[{"dp_replicate", shard_axis}] : m[shard_axis];
 }
 
 mesh::DeviceMesh compact_expert_mesh(const mesh::ParallelDims& d, const std::shared_ptr<comm::Communicator>& world) {
@@ -136,21 +145,25 @@ std::string activation_checkpoint_mode(const TrainConfig& c) {
 }
 
 ParallelLayout build_layout(const TrainConfig& c, const std::shared_ptr<comm::Communicator>& world) {
-  const int64_t n = world->size(), tp = c.accelerator.tp_size;
-  if (n % tp != 0) {
-    throw UserError("accelerator.tp_size " + std::to_string(tp) + " does not divide the world size " + std::to_string(n) +
-                    "; use a divisor of it");
+  const int64_t n = world->size(), tp = c.accelerator.tp_size, cp = c.accelerator.cp_size;
+  if (n % (tp * cp) != 0) {
+    const std::string degrees = cp == 1 ? "accelerator.tp_size " + std::to_string(tp)
+                                        : "accelerator.tp_size " + std::to_string(tp) + " x cp_size " + std::to_string(cp) + " = " +
+                                              std::to_string(tp * cp);
+    throw UserError(degrees + " does not divide the world size " + std::to_string(n) + "; use " +
+                    (cp == 1 ? "a divisor of it" : "degrees whose product divides it"));
   }
-  const int64_t dp = n / tp;
+  const int64_t dp = n / (tp * cp);
   const int64_t shard = c.fsdp_config.dp_shard_size == -1 ? dp : c.fsdp_config.dp_shard_size;
   if (shard > dp || dp % shard != 0) {
     throw UserError("fsdp_config.dp_shard_size: " + std::to_string(shard) + " does not divide the " + std::to_string(dp) +
                     " data-parallel ranks (world " + std::to_string(n) + " / tp_size " + std::to_string(tp) +
-                    "); use a divisor of it (the rest become replicas, HSDP) or -1 for all");
+                    (cp > 1 ? " / cp_size " + std::to_string(cp) : "") + "); use a divisor of it (the rest become replicas, HSDP) or -1 for all");
   }
   mesh::ParallelDims dims;
   dims.dp_replicate = dp / shard;
   dims.dp_shard = shard;
+  dims.cp = cp;
   dims.tp = tp;
   dims.ep = c.accelerator.ep_size;
   dims.edp_shard = c.fsdp_config.edp_shard_size;
@@ -160,8 +173,9 @@ ParallelLayout build_layout(const TrainConfig& c, const std::shared_ptr<comm::Co
     throw UserError(std::string("accelerator.ep_size / fsdp_config.edp_shard_size: ") + e.what());
   }
   mesh::DeviceMesh full = compact_mesh(dims, world);
-  mesh::DeviceMesh dp_mesh = dims.dp_replicate > 1 ? full[{"dp_replicate", "dp_shard"}] : full["dp_shard"];
-  ParallelLayout layout{dims, std::move(full), std::move(dp_mesh), std::nullopt, std::nullopt};
+  mesh::DeviceMesh data_mesh = data_axes(full, dims, "dp_shard");
+  mesh::DeviceMesh dp_mesh = cp > 1 ? data_axes(compact_mesh(dims, world, true), dims, "dp_shard_cp") : data_mesh;
+  ParallelLayout layout{dims, std::move(full), std::move(data_mesh), std::move(dp_mesh), std::nullopt, std::nullopt};
   if (dims.ep > 1) {
     layout.expert_mesh = compact_expert_mesh(dims, world);
     layout.edp_mesh = dims.dp_replicate > 1 ? (*layout.expert_mesh)[{"dp_replicate", "edp"}] : (*layout.expert_mesh)["edp"];
@@ -182,6 +196,14 @@ ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout,
     mode.validate_placement = c.validate_placement;
     tp::parallelize_module(model, layout.mesh["tp"], tp::plan_for(model.config(), layout.tp(), options), mode);
     if (options.loss_parallel) tp::enable_loss_parallel(model, layout.mesh["tp"]);
+  }
+  if (layout.cp() > 1) {
+    cp::ContextParallelOptions options{c.accelerator.cp_algorithm, c.accelerator.ulysses_degree, layout.tp()};
+    try {
+      cp::parallelize_context(model, layout.mesh.comm("cp"), options);
+    } catch (const UserError& e) {
+      throw UserError(std::string("accelerator.cp_size / cp_algorithm: ") + e.what());
+    }
   }
   if (c.moe_capacity_factor > 0) {
     if (model.config().num_experts <= 0) {

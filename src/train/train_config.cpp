@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "hyperparallel/cp/cp_options.h"
 #include "hyperparallel/platform/suggest.h"
 #include "hyperparallel/platform/user_error.h"
 #include "config_values.h"
@@ -283,8 +284,10 @@ const std::vector<KeyDef>& key_table() {
         {{"accelerator.tp_size", "int >= 1", "1", "tensor parallel degree: attention heads and MLP features split over tp ranks (docs/tp.md)"}, parallel_degree(&AcceleratorConfig::tp_size)},
         {{"accelerator.sequence_parallel", "bool", "false", "with tp_size > 1: norms and the residual stream sharded over the sequence"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.sequence_parallel = as_bool(k, v); }},
         {{"accelerator.loss_parallel", "bool", "false", "with tp_size > 1: the head split over the vocabulary, cross-entropy on the sharded logits"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.loss_parallel = as_bool(k, v); }},
-        {{"accelerator.cp_size", "int >= 1", "1", "context parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::cp_size)},
-        {{"accelerator.ep_size", "int >= 1", "1", "expert parallel degree: the experts of each MoE layer divided over this many ranks, tokens sent to them by all-to-all (docs/ep.md); must divide num_experts and dp_shard_size x tp_size"}, parallel_degree(&AcceleratorConfig::ep_size)},
+        {{"accelerator.cp_size", "int >= 1", "1", "context parallel degree: each row's sequence split over this many ranks (zigzag, load-balanced), attention across them by cp_algorithm (docs/cp.md); FSDP shards over dp_shard_size x cp_size"}, parallel_degree(&AcceleratorConfig::cp_size)},
+        {{"accelerator.cp_algorithm", "ulysses | allgather | ring | hybrid", "ring", "with cp_size > 1: ulysses (all-to-all to head-sharded; heads and kv heads per tp rank divide by it), allgather (K/V gathered), ring (K/V blocks passed around, online softmax), hybrid (Ulysses groups of ulysses_degree inside a ring)"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.cp_algorithm = as_choice(k, v, {"ulysses", "allgather", "ring", "hybrid"}); }},
+        {{"accelerator.ulysses_degree", "int >= 0", "0", "with cp_size > 1: ranks per Ulysses group; 0 = the algorithm's own (cp_size for ulysses, 1 for allgather and ring); hybrid needs 1 < it < cp_size dividing cp_size; allgather with it > 1 gathers K/V between Ulysses groups"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.ulysses_degree = as_int(k, v, 0, "an integer >= 0"); }},
+        {{"accelerator.ep_size", "int >= 1", "1", "expert parallel degree: the experts of each MoE layer divided over this many ranks, tokens sent to them by all-to-all (docs/ep.md); must divide num_experts and dp_shard_size x cp_size x tp_size"}, parallel_degree(&AcceleratorConfig::ep_size)},
         {{"accelerator.pp_size", "int >= 1", "1", "pipeline parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::pp_size)},
         // activation checkpointing
         {{"activation_checkpoint.mode", "off | full | selective", "off", "full: each checkpointed decoder layer keeps only its input in forward and runs again in backward; selective: only the attention core (scores, softmax) is recomputed, the T x T term; same numbers, less memory, more compute (docs/memory.md)"}, [](C& c, const std::string& k, const Value& v) { c.activation_checkpoint.mode = as_choice(k, v, {"off", "full", "selective"}); }},
@@ -445,9 +448,16 @@ void check_combinations(const TrainConfig& c) {
             "heldout_eval_samples answers chat prompts of the built-in synthetic datasets, which stage pt does not train on; set heldout_eval_samples: 0");
   }
   const AcceleratorConfig& a = c.accelerator;
-  for (const auto& [name, size] : std::vector<std::pair<std::string, int64_t>>{
-           {"cp_size", a.cp_size}, {"pp_size", a.pp_size}}) {
-    require(size == 1, "accelerator." + name + ": " + std::to_string(size) + " is not supported yet; FSDP/HSDP (fsdp_config.dp_shard_size) and tp_size are; set it to 1");
+  require(a.pp_size == 1, "accelerator.pp_size: " + std::to_string(a.pp_size) +
+                              " is not supported yet; FSDP/HSDP (fsdp_config.dp_shard_size), tp_size, cp_size and ep_size are; set it to 1");
+  require(a.cp_size > 1 || (a.cp_algorithm == "ring" && a.ulysses_degree == 0),
+          "accelerator.cp_algorithm and ulysses_degree apply with context parallelism (cp_size > 1); set cp_size or remove them");
+  if (a.cp_size > 1) {
+    try {
+      cp::resolved_ulysses_degree({a.cp_algorithm, a.ulysses_degree, 1}, a.cp_size);
+    } catch (const UserError& e) {
+      throw UserError(std::string("accelerator.") + e.what());
+    }
   }
   require(!a.sequence_parallel || a.tp_size > 1, "accelerator.sequence_parallel needs tp_size > 1 (it shards over the tp ranks); set tp_size or remove it");
   require(!a.loss_parallel || a.tp_size > 1, "accelerator.loss_parallel needs tp_size > 1 (it shards the head over the tp ranks); set tp_size or remove it");

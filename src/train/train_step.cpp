@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "hyperparallel/cp/context_parallel.h"
 #include "hyperparallel/data/batch_sampler.h"
 #include "hyperparallel/ep/expert_parallel.h"
 #include "hyperparallel/fsdp/clip_grad_norm.h"
@@ -22,13 +23,13 @@ at::Tensor as_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t length
 
 }  // namespace
 
-models::CausalLMInput model_input(const data::TokenBatch& batch) {
+models::CausalLMInput model_input(const data::TokenBatch& batch, int64_t cp, int64_t cp_rank) {
   models::CausalLMInput in;
   in.input_ids = as_tensor(batch.input_ids, batch.rows, batch.length);
   in.labels = as_tensor(batch.labels, batch.rows, batch.length);
   in.attention_mask = as_tensor(batch.attention_mask, batch.rows, batch.length);
   in.position_ids = as_tensor(batch.position_ids, batch.rows, batch.length);
-  return in;
+  return cp > 1 ? cp::shard_sequence(in, cp, cp_rank) : in;
 }
 
 namespace {
@@ -75,7 +76,7 @@ StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& g
   for (int64_t m = 0; m < s.accumulation; ++m) {
     std::vector<const data::TrainingRow*> mine;
     for (int64_t r : data::GlobalBatchSampler::rank_micro_batch(global, s.dp_rank, s.dp, m, s.accumulation)) mine.push_back(&data.rows[r]);
-    const models::CausalLMInput in = model_input(data::collate_rows(mine, data.pad_id));
+    const models::CausalLMInput in = model_input(data::collate_rows(mine, data.pad_id), s.cp, s.cp_rank);
     s.root.set_requires_gradient_sync(m == s.accumulation - 1);
     const models::CausalLMOutput out = s.model.forward(in);
     at::Tensor loss = out.lm_loss_sum / denominator;
@@ -84,7 +85,7 @@ StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& g
       loss = loss + aux.own_part * (aux_coef / static_cast<double>(s.accumulation));
       aux_sum += aux.value;
     } else if (out.aux_loss.defined()) {
-      loss = loss + out.aux_loss * (aux_coef / static_cast<double>(s.accumulation * s.dp));
+      loss = loss + out.aux_loss * (aux_coef / static_cast<double>(s.accumulation * s.dp * s.cp));
       aux_sum += out.aux_loss.item<double>();
     }
     loss.backward();
@@ -104,7 +105,7 @@ StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& g
   // The step's aux loss: the mean over micro-batches of the pooled value (global), or over
   // micro-batches and data-parallel ranks of each one's own (micro_batch).
   outcome.aux_loss = s.global_aux_loss ? aux_sum / static_cast<double>(s.accumulation)
-                                       : sums[2].item<double>() / static_cast<double>(s.tp * s.accumulation * s.dp);
+                                       : sums[2].item<double>() / static_cast<double>(s.tp * s.accumulation * s.dp * s.cp);
   outcome.loss = outcome.lm_loss + aux_coef * outcome.aux_loss;
   if (s.max_grad_norm > 0) {
     const double coef = s.max_grad_norm / (outcome.grad_norm + 1e-6);

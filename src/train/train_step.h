@@ -54,6 +54,7 @@ struct StepSetup {
   // MoE: the load-balancing loss over the whole global batch's tokens (true: moe_aux_loss_scope
   // global) or, as HF's per-forward number, per micro-batch and rank, averaged (false).
   bool global_aux_loss = true;
+  int64_t cp = 1, cp_rank = 0;  // context parallelism: each micro-batch's rows split over cp ranks
 };
 
 struct StepOutcome {
@@ -65,8 +66,9 @@ struct StepOutcome {
   int64_t input_tokens = 0;  // of the global batch
 };
 
-// A collated batch as the model's input (ids, labels, mask, positions).
-models::CausalLMInput model_input(const data::TokenBatch& batch);
+// A collated batch as the model's input (ids, labels, mask, positions); with cp > 1 this cp
+// rank's share of its rows (cp::shard_sequence).
+models::CausalLMInput model_input(const data::TokenBatch& batch, int64_t cp = 1, int64_t cp_rank = 0);
 
 // One step on `global_rows` (the sampler's global batch) at learning rate `lr`.
 StepOutcome run_optimizer_step(const StepSetup& setup, const std::vector<int64_t>& global_rows, double lr);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <ostream>
 
+#include "hyperparallel/cp/cp_options.h"
 #include "hyperparallel/data/batch_sampler.h"
 #include "hyperparallel/fsdp/clip_grad_norm.h"
 #include "hyperparallel/fsdp/fully_shard.h"
@@ -224,6 +225,8 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
                        dp, dp_rank, tp, c.max_grad_norm};
   step_setup.norm_weights = fsdp::gradient_norm_weights(*model, world->size());
   step_setup.global_aux_loss = c.moe_aux_loss_scope == "global";
+  step_setup.cp = layout.cp();
+  step_setup.cp_rank = layout.cp_rank();
   const bool moe = model->config().num_experts > 0;
 
   const int64_t accum = c.gradient_accumulation_steps, per_device = c.per_device_train_batch_size;
@@ -282,6 +285,13 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
       log << "experts: " << layout.expert_mesh->to_string() << ", " << model->config().num_experts / layout.dims.ep
           << " experts per rank in each MoE layer\n";
     }
+    if (layout.cp() > 1) {
+      const cp::ContextParallelOptions o{c.accelerator.cp_algorithm, c.accelerator.ulysses_degree, tp};
+      const int64_t degree = cp::resolved_ulysses_degree(o, layout.cp());
+      log << "context parallelism: " << layout.cp() << " ranks per row (zigzag chunks), " << c.accelerator.cp_algorithm
+          << (degree > 1 && degree < layout.cp() ? ", Ulysses groups of " + std::to_string(degree) : "")
+          << ", FSDP over " << layout.dp_mesh.to_string() << "\n";
+    }
     if (const std::string ac = activation_checkpoint_mode(c); ac != "off") {
       const int64_t every = c.activation_checkpoint.every;
       log << "activation checkpointing: " << ac << (every > 1 ? ", every " + std::to_string(every) + " layers" : "") << "\n";
@@ -306,8 +316,10 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   for (auto cm : {world, mesh.comm()}) {
     if (std::find(comms.begin(), comms.end(), cm) == comms.end()) comms.push_back(cm);
   }
-  for (const auto& axis : mesh.axis_names()) {
-    if (std::find(comms.begin(), comms.end(), mesh.comm(axis)) == comms.end()) comms.push_back(mesh.comm(axis));
+  for (const auto* m : {&mesh, &layout.dp_mesh}) {  // FSDP's mesh folds cp into its shard axis
+    for (const auto& axis : m->axis_names()) {
+      if (std::find(comms.begin(), comms.end(), m->comm(axis)) == comms.end()) comms.push_back(m->comm(axis));
+    }
   }
   const auto counters_now = [&] {
     std::vector<comm::CommCounters> v;
@@ -331,7 +343,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   TrainResult result;
   // The eval loss (eval_loss.h): logged as its own trainer_log line, HF's log_history entry
   // and TensorBoard's eval/loss.
-  const EvalShare eval_share{c.per_device_eval_batch_size, dp, dp_rank, tp};
+  const EvalShare eval_share{c.per_device_eval_batch_size, dp, dp_rank, tp, layout.cp(), layout.cp_rank()};
   const auto run_eval = [&](int64_t steps_done) {
     const auto t = Clock::now();
     const double eval_loss = evaluate_loss(*model, data.eval_rows, data.pad_id, eval_share, *world, units);

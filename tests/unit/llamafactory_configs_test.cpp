@@ -278,7 +278,8 @@ TEST(LlamaFactoryConfigs, HyperParallelArgsJsonSetsOurKeys) {
   fails(kMinimal + "hyper_parallel_args: " + write_file("a.json", R"({"tp_sise": 2})") + "\n", "'tp_sise' is not a HyperParallelArguments field (did you mean 'tp_size'?)");
   fails(kMinimal + "hyper_parallel_args: " + write_file("b.json", R"({"param_dtype": "fp16"})") + "\n", "float16 is not supported");
   fails(kMinimal + "hyper_parallel_args: " + write_file("c.json", R"({"device_type": "npu"})") + "\n", "this build runs on the CPU");
-  fails(kMinimal + "hyper_parallel_args: " + write_file("d.json", R"({"cp_size": 2})") + "\n", "accelerator.cp_size: 2 is not supported yet");
+  EXPECT_EQ(load(kMinimal + "hyper_parallel_args: " + write_file("d.json", R"({"cp_size": 2})") + "\n").accelerator.cp_size, 2);
+  EXPECT_EQ(load(kMinimal + "hyper_parallel_cp_size: 4\n").accelerator.cp_size, 4);
   fails(kMinimal + "hyper_parallel_args: " + write_file("e.json", R"([1, 2])") + "\n", "must hold a JSON object");
   fails(kMinimal + "hyper_parallel_args: " + write_file("f.json", R"({"tp_size": 0})") + "\n", "accelerator.tp_size: '0' is not allowed");
 }

@@ -357,6 +357,30 @@ TEST(Trainer, ExpertParallelLayoutsThatDoNotFitAreUserErrors) {
   fs::remove_all(temp_dir("ep_misfit"));
 }
 
+TEST(Trainer, ContextParallelLayoutsThatDoNotFitAreUserErrors) {
+  const std::vector<std::tuple<int, std::vector<std::string>, std::string>> misfits = {
+      {3, {"accelerator.cp_size=2"}, "accelerator.tp_size 1 x cp_size 2 = 2 does not divide the world size 3"},
+      {4, {"accelerator.cp_size=4", "accelerator.cp_algorithm=ulysses"},
+       "Ulysses degree 4 must divide each rank's 4 attention heads and 2 kv heads (4 and 2 over 1 tensor-parallel ranks); "
+       "valid degrees for 4 cp ranks: 1, 2; or use cp_algorithm ring or allgather"},
+      {4, {"accelerator.cp_size=2", "accelerator.tp_size=2", "accelerator.cp_algorithm=ulysses"},
+       "must divide each rank's 2 attention heads and 1 kv heads (4 and 2 over 2 tensor-parallel ranks); valid degrees for 2 cp ranks: 1"}};
+  for (const auto& [ranks, extra, expected] : misfits) {
+    std::vector<std::string> o = base_overrides(temp_dir("cp_misfit"));
+    o.insert(o.end(), extra.begin(), extra.end());
+    hp::testing::run_on_ranks(ranks, [&](hp::testing::RankContext& ctx) {
+      std::ostringstream log;
+      try {
+        hp::train::run_training(hp::train::load_train_config("", o), ctx.world, log);
+        ADD_FAILURE() << "trained with " << extra.back();
+      } catch (const hp::UserError& e) {
+        EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+      }
+    });
+  }
+  fs::remove_all(temp_dir("cp_misfit"));
+}
+
 // The eval loss (eval_dataset, uneven micro-batches of 3 rows per rank) before training, every
 // 5 steps and at the end: the same on every layout as the plain model's one forward over all
 // eval rows.
@@ -419,6 +443,74 @@ TEST(Trainer, TensorParallelLayoutsMatchThePlainModel) {
   EXPECT_EQ(logged_losses(temp_dir("tp2_sp_lp_validated")), logged_losses(temp_dir("tp2_sp_lp")));
   EXPECT_EQ(logged(temp_dir("tp2_sp_lp_validated"), "grad_norm"), logged(temp_dir("tp2_sp_lp"), "grad_norm"));
   for (const auto& [name, ranks, layout] : layouts) fs::remove_all(temp_dir(name));
+}
+
+// Trains `layouts` with `common` added, then the plain model with `common` at the global
+// batch of 8 rows, and compares every step's loss, gradient norm and (MoE) aux loss, 1e-5
+// relative.
+void expect_runs_match_the_plain_model(const std::vector<std::string>& common,
+                                       const std::vector<std::tuple<std::string, int, std::vector<std::string>>>& layouts, int64_t steps) {
+  for (const auto& [name, ranks, layout] : layouts) {
+    std::vector<std::string> extra = common;
+    extra.insert(extra.end(), layout.begin(), layout.end());
+    train_on(ranks, temp_dir(name), extra, steps);
+  }
+  std::vector<std::string> overrides = base_overrides(temp_dir("plain_" + std::get<0>(layouts.front())));
+  overrides.insert(overrides.end(), common.begin(), common.end());
+  overrides.push_back("per_device_train_batch_size=8");
+  const hp::testing::PlainRun ref = hp::testing::plain_reference_run(hp::train::load_train_config("", overrides));
+  ASSERT_EQ(ref.losses.size(), static_cast<size_t>(steps));
+  for (const auto& [name, ranks, layout] : layouts) {
+    SCOPED_TRACE(name);
+    const auto losses = logged_losses(temp_dir(name)), norms = logged(temp_dir(name), "grad_norm");
+    ASSERT_EQ(losses.size(), ref.losses.size());
+    const auto aux = ref.aux_losses.empty() ? std::vector<double>() : logged(temp_dir(name), "aux_loss");
+    double worst = 0;
+    for (size_t s = 0; s < losses.size(); ++s) {
+      EXPECT_NEAR(losses[s], ref.losses[s], 1e-5 * ref.losses[s]) << "step " << s + 1;
+      EXPECT_NEAR(norms[s], ref.grad_norms[s], 1e-5 * ref.grad_norms[s]) << "grad_norm, step " << s + 1;
+      if (!aux.empty()) {
+        EXPECT_NEAR(aux[s], ref.aux_losses[s], 1e-5 * ref.aux_losses[s]) << "aux, step " << s + 1;
+      }
+      worst = std::max(worst, std::abs(losses[s] - ref.losses[s]) / ref.losses[s]);
+    }
+    std::cout << name << ": largest relative loss difference to the plain model over " << steps << " steps " << worst << "\n";
+  }
+  for (const auto& [name, ranks, layout] : layouts) fs::remove_all(temp_dir(name));
+}
+
+// Context parallelism through the trainer, 20 steps against the plain model: every algorithm
+// (qwen3-debug: 4 heads, 2 kv heads, so Ulysses up to 2), with FSDP over dp_shard x cp, with TP
+// and sequence parallelism, with activation checkpointing, on packed rows, and Qwen3-MoE with
+// the global aux loss, alone and with expert parallelism (each in its own test: a rank
+// process runs the body up to its own run_on_ranks call, plain references included).
+TEST(Trainer, ContextParallelLayoutsMatchThePlainModel) {
+  const std::string cp2 = "accelerator.cp_size=2", cp4 = "accelerator.cp_size=4";
+  expect_runs_match_the_plain_model(
+      {}, {{"cp2_ring", 2, {"per_device_train_batch_size=8", cp2}},
+           {"cp2_ulysses", 2, {"per_device_train_batch_size=8", cp2, "accelerator.cp_algorithm=ulysses"}},
+           {"cp4_allgather", 4, {"per_device_train_batch_size=8", cp4, "accelerator.cp_algorithm=allgather"}},
+           {"cp4_hybrid", 4, {"per_device_train_batch_size=8", cp4, "accelerator.cp_algorithm=hybrid", "accelerator.ulysses_degree=2"}},
+           {"fsdp2_cp2", 4, {"per_device_train_batch_size=4", cp2}},
+           {"tp2_cp2_sp", 4, {"per_device_train_batch_size=8", cp2, "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}},
+           {"cp2_ring_checkpointed", 2, {"per_device_train_batch_size=8", cp2, "activation_checkpoint.mode=full"}}},
+      20);
+}
+
+TEST(Trainer, ContextParallelLayoutsMatchThePlainModelOnPackedRows) {
+  const std::string cp2 = "accelerator.cp_size=2";
+  expect_runs_match_the_plain_model({"packing=true"}, {{"cp2_ring_packed", 2, {"per_device_train_batch_size=8", cp2}},
+                                                        {"fsdp2_cp2_allgather_packed", 4, {"per_device_train_batch_size=4", cp2,
+                                                                                           "accelerator.cp_algorithm=allgather"}}},
+                                    20);
+}
+
+TEST(Trainer, ContextParallelMoeLayoutsMatchThePlainModel) {
+  const std::string cp2 = "accelerator.cp_size=2";
+  expect_runs_match_the_plain_model({"model_name_or_path=qwen3-moe-debug", "learning_rate=3.0e-3"},
+                                    {{"moe_cp2", 2, {"per_device_train_batch_size=8", cp2}},
+                                     {"moe_cp2_ep2", 4, {"per_device_train_batch_size=4", cp2, "accelerator.ep_size=2"}}},
+                                    20);
 }
 
 TEST(Trainer, CommandLineTrainsOnItsOwnRanksAndWritesItsFiles) {

@@ -35,30 +35,15 @@
 #include <string>
 
 #include "hyperparallel/comm/communicator.h"
+#include "hyperparallel/cp/cp_options.h"
 #include "hyperparallel/models/causal_lm.h"
 
 namespace hyperparallel::cp {
-
-struct ContextParallelOptions {
-  std::string algorithm = "ring";  // ulysses | allgather | ring | hybrid
-  // Ranks of one Ulysses group: 0 = the algorithm's own (cp for ulysses, 1 for allgather and
-  // ring); hybrid needs 1 < degree < cp dividing cp.
-  int64_t ulysses_degree = 0;
-  // Ranks that already split each layer's heads (tensor parallelism): Ulysses divides the
-  // heads / head_split this rank holds.
-  int64_t head_split = 1;
-};
 
 // Installs the context-parallel attention over `cp` on `model` (CausalLM::set_attention_core).
 // UserError for an unknown algorithm or a degree that does not fit the group or the model's
 // (this rank's) heads, naming the valid degrees.
 void parallelize_context(models::CausalLM& model, std::shared_ptr<comm::Communicator> cp, const ContextParallelOptions& options);
-
-// The Ulysses degree `options` resolves to over `cp_size` ranks (UserError when invalid).
-int64_t resolved_ulysses_degree(const ContextParallelOptions& options, int64_t cp_size);
-
-// Ulysses degrees that fit `cp_size` and divide both head counts, for messages: "1, 2".
-std::string valid_ulysses_degrees(int64_t heads, int64_t kv_heads, int64_t cp_size);
 
 // Rows padded to a multiple of 2·cp_size.
 int64_t padded_length(int64_t length, int64_t cp_size);

@@ -51,6 +51,8 @@ struct AcceleratorConfig {
   int64_t tp_size = 1, cp_size = 1, ep_size = 1, pp_size = 1;
   bool sequence_parallel = false;
   bool loss_parallel = false;
+  std::string cp_algorithm = "ring";  // ulysses | allgather | ring | hybrid (cp/context_parallel.h)
+  int64_t ulysses_degree = 0;          // 0: the algorithm's own
 };
 
 // Activation checkpointing (models/activation_checkpoint.h).
