@@ -1,20 +1,50 @@
-// What every benchmark program measures the same way: peak and current RSS, medians, and the
-// steps of a multi-rank training loop (time, exposed communication, bytes).
+// What every benchmark program measures the same way: peak and current RSS, medians, the
+// steps of a multi-rank training loop (time, exposed communication, bytes), and one Chrome
+// trace of all ranks.
 #pragma once
 
+#include <ATen/ATen.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "hyperparallel/comm/communicator.h"
+#include "hyperparallel/platform/trace.h"
 
 namespace hyperparallel::benchmarks {
+
+// Rank 0 gathers every rank's events and writes one Chrome trace (pid = rank).
+inline void write_trace(comm::Communicator& world, const platform::TraceRecorder& trace, const std::string& path) {
+  const std::string mine = trace.json_events(world.rank());
+  at::Tensor lengths = at::empty({world.size()}, at::kLong);
+  world.all_gather(lengths, at::tensor({static_cast<int64_t>(mine.size())}, at::kLong)).wait();
+  if (world.rank() != 0) {
+    at::Tensor bytes = at::empty({static_cast<int64_t>(mine.size())}, at::kByte);
+    std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
+    world.send(bytes, 0, 1).wait();
+    return;
+  }
+  std::string all = mine;
+  for (int r = 1; r < world.size(); ++r) {
+    at::Tensor bytes = at::empty({lengths[r].item<int64_t>()}, at::kByte);
+    world.recv(bytes, r, 1).wait();
+    all += (all.empty() ? "" : ",\n") + std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel());
+  }
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw std::runtime_error("cannot write the trace to " + path);
+  std::fprintf(f, "{\"traceEvents\":[\n%s\n]}\n", all.c_str());
+  std::fclose(f);
+}
+
 
 // This process's peak RSS (ru_maxrss) in MiB.
 inline double peak_rss_mb() {

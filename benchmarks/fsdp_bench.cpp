@@ -37,28 +37,6 @@ constexpr int64_t kVocab = 8192, kDim = 640, kHidden = 2560, kLayers = 6, kSeq =
 
 }  // namespace
 
-// Rank 0 gathers every rank's events and writes one Chrome trace (pid = rank).
-void write_trace(hp::comm::Communicator& world, const hp::platform::TraceRecorder& trace, const std::string& path) {
-  const std::string mine = trace.json_events(world.rank());
-  at::Tensor lengths = at::empty({world.size()}, at::kLong);
-  world.all_gather(lengths, at::tensor({static_cast<int64_t>(mine.size())}, at::kLong)).wait();
-  if (world.rank() != 0) {
-    at::Tensor bytes = at::empty({static_cast<int64_t>(mine.size())}, at::kByte);
-    std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
-    world.send(bytes, 0, 1).wait();
-    return;
-  }
-  std::string all = mine;
-  for (int r = 1; r < world.size(); ++r) {
-    at::Tensor bytes = at::empty({lengths[r].item<int64_t>()}, at::kByte);
-    world.recv(bytes, r, 1).wait();
-    all += (all.empty() ? "" : ",\n") + std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel());
-  }
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw std::runtime_error("cannot write the trace to " + path);
-  std::fprintf(f, "{\"traceEvents\":[\n%s\n]}\n", all.c_str());
-  std::fclose(f);
-}
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "fsdp";
@@ -147,7 +125,7 @@ int main(int argc, char** argv) {
                 mode.c_str(), n, numel / 1e6, median * 1e3, exposed / total, rss.item<double>(),
                 static_cast<double>(traffic.total_bytes()) / steps / 1e6, exact_bytes / 1e6, n > 1 ? textbook / 1e6 : 0.0);
   }
-  if (!trace_path.empty()) write_trace(*world, *trace, trace_path);
+  if (!trace_path.empty()) hp::benchmarks::write_trace(*world, *trace, trace_path);
   world->barrier().wait();
   return 0;
 }

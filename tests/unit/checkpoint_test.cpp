@@ -164,6 +164,42 @@ TEST(Checkpoint, TensorParallelCheckpointsLoadOnAnyLayout) {
   for (const auto& dir : {full, same, tp4, fsdp4, one, hsdp}) fs::remove_all(dir);
 }
 
+// A checkpoint written by FSDP2 x CP2 (FSDP over the four dp_shard x cp ranks) holds each
+// element once, resumes exactly on its own layout and within 1e-5 on CP4 (ring of four), on
+// FSDP without CP and on one process; the exported folders are the same model.
+TEST(Checkpoint, ContextParallelCheckpointsLoadOnAnyLayout) {
+  const std::string full = temp_dir("fsdp2_cp2");
+  const std::vector<std::string> cp_layout = {"per_device_train_batch_size=4", "accelerator.cp_size=2",
+                                               "accelerator.cp_algorithm=allgather"};
+  train_on(4, full, cp_layout);
+  const std::string from = full + "/checkpoint-8";
+  const std::string same = temp_dir("same_cp"), cp4 = temp_dir("cp4"), fsdp4 = temp_dir("fsdp4_from_cp"), one = temp_dir("one_cp");
+  std::vector<std::string> resume_same = cp_layout;
+  resume_same.push_back("resume_from_checkpoint=" + from);
+  train_on(4, same, resume_same);
+  train_on(4, cp4, {"per_device_train_batch_size=8", "accelerator.cp_size=4", "resume_from_checkpoint=" + from});
+  train_on(4, fsdp4, {"per_device_train_batch_size=2", "resume_from_checkpoint=" + from});
+  train_on(1, one, {"per_device_train_batch_size=8", "resume_from_checkpoint=" + from});
+
+  EXPECT_EQ(parameter_elements_written(from), hp::models::debug_flavour_config("qwen3-debug").parameter_count());
+  const auto reference = logged_losses(full);
+  ASSERT_EQ(reference.size(), 12u);
+  for (const auto& [step, loss] : logged_losses(same)) EXPECT_EQ(loss, reference.at(step)) << "step " << step;
+  for (const auto& dir : {cp4, fsdp4, one}) {
+    SCOPED_TRACE(dir);
+    const auto resumed = logged_losses(dir);
+    ASSERT_EQ(resumed.size(), 4u);
+    for (const auto& [step, loss] : resumed) EXPECT_NEAR(loss, reference.at(step), 1e-5 * reference.at(step)) << "step " << step;
+  }
+  const auto a = hp::io::SafetensorsFile(one + "/model.safetensors");
+  for (const auto& dir : {full, same, cp4}) {
+    const auto b = hp::io::SafetensorsFile(dir + "/model.safetensors");
+    ASSERT_EQ(a.entries().size(), b.entries().size()) << dir;
+    for (const auto& e : a.entries()) EXPECT_TRUE(at::allclose(a.read(e.name), b.read(e.name), 1e-5, 1e-6)) << dir << " " << e.name;
+  }
+  for (const auto& dir : {full, same, cp4, fsdp4, one}) fs::remove_all(dir);
+}
+
 // A checkpoint written by EP2 x edp2 (each expert on one ep rank, FSDP-sharded over two)
 // holds each element once, resumes exactly on its own layout and within 1e-5 on EP4, on FSDP
 // without EP and on one process; the exported folders are the same model.

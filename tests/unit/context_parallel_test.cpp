@@ -261,6 +261,9 @@ double attention_peak_mb(const testing::RankContext* ctx, const std::string& alg
 // Attention activations per rank fall with cp: [T x T] scores at cp 1, about 1/cp of them
 // with all-gather and Ulysses, and ring keeps only q, k, v, output and log-sum-exp.
 TEST(ContextParallel, PeakMemoryPerRankFallsWithCp) {
+#ifdef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "ASan's allocator keeps freed memory in quarantine: RSS does not follow live tensors";
+#endif
   const double plain = attention_peak_mb(nullptr, "");
   if (!testing::is_rank_process()) std::printf("plain model, one process: peak rise %.0f MiB\n", plain);
   EXPECT_GT(plain, 200);  // the row is long enough for attention to dominate
