@@ -97,7 +97,14 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
     at::AutoGradMode grad_on(true);
     loss = closure();
   }
-  for (auto& group : param_groups()) {
+  step_groups(param_groups().size());
+  return loss;
+}
+
+void FusedAdamW::step_groups(size_t count) {
+  at::NoGradGuard no_grad;
+  for (size_t g = 0; g < count; ++g) {
+    auto& group = param_groups()[g];
     auto& options = static_cast<torch::optim::AdamWOptions&>(group.options());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
@@ -121,7 +128,6 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
       }
     }
   }
-  return loss;
 }
 
 }  // namespace hyperparallel::optim

@@ -220,7 +220,7 @@ const std::vector<KeyDef>& key_table() {
         {{"max_steps", "int, -1 or >= 1", "-1", "optimizer steps; -1: from num_train_epochs"}, minus_one_or_positive([](C& c) -> int64_t& { return c.max_steps; })},
         {{"lr_scheduler_type", "linear | cosine | cosine_with_min_lr | cosine_with_restarts | polynomial | constant | constant_with_warmup", "linear", "learning-rate schedule after warmup, as HF's get_scheduler (docs/training.md)"}, choice(&C::lr_scheduler_type, {"linear", "cosine", "cosine_with_min_lr", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup"})},
         {{"lr_scheduler_kwargs", "mapping", "{}", "schedule arguments: min_lr or min_lr_rate (cosine_with_min_lr), num_cycles (cosine, cosine_with_restarts), lr_end and power (polynomial)"}, set_lr_scheduler_kwargs},
-        {{"optim", "adamw_torch | adamw_torch_fused | adamw_hf | adamw_apex_fused", "adamw_torch", "the optimizer: AdamW with decoupled weight decay under every name HF gives it (other optimizers are not implemented)"}, choice(&C::optim, {"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused"})},
+        {{"optim", "adamw_torch | adamw_torch_fused | adamw_hf | adamw_apex_fused | muon", "adamw_torch", "the optimizer: AdamW with decoupled weight decay under every name HF gives it, or muon (Muon for the 2-D weights, orthogonalised whole on an owner rank under any sharding; AdamW for embeddings, head, norms and biases; muon_config.*, docs/optimizers.md)"}, choice(&C::optim, {"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused", "muon"})},
         {{"warmup_ratio", "float in [0, 1)", "0.0", "warmup steps as a fraction of all steps (when warmup_steps is 0)"}, fraction(&C::warmup_ratio, false)},
         {{"warmup_steps", "int >= 0", "0", "linear warmup steps; overrides warmup_ratio when > 0"}, int_at_least(&C::warmup_steps, 0)},
         {{"bf16", "bool | auto", "false", "compute in bfloat16 (parameters all-gathered in bf16, fp32 masters and reductions); auto: bf16 where every rank's CPU has AVX512_BF16 or AMX-BF16, else fp32 (the log says which)"}, set_bf16},
@@ -294,6 +294,13 @@ const std::vector<KeyDef>& key_table() {
         {{"activation_checkpoint.every", "int >= 1", "1", "checkpoint decoder layers 0, every, 2 x every, ... (1: all)"}, [](C& c, const std::string& k, const Value& v) { c.activation_checkpoint.every = as_int(k, v, 1, "an integer >= 1"); }},
         {{"chunked_loss.enabled", "bool", "false", "the head and cross-entropy on chunk_size tokens at a time, each chunk's logits recomputed in backward: the [tokens x vocab] logits never exist whole (same numbers to rounding; docs/memory.md)"}, [](C& c, const std::string& k, const Value& v) { c.chunked_loss.enabled = as_bool(k, v); }},
         {{"chunked_loss.chunk_size", "int >= 1", "1024", "tokens per chunk of the chunked loss"}, [](C& c, const std::string& k, const Value& v) { c.chunked_loss.chunk_size = as_int(k, v, 1, "an integer >= 1"); }},
+        // muon_config (optim: muon)
+        {{"muon_config.lr", "float > 0 or null", "null", "Muon's learning rate (scheduled like learning_rate); null: learning_rate"}, [](C& c, const std::string& k, const Value& v) { c.muon_config.lr = as_float(k, v, 0, INFINITY, true, false, "a number > 0"); c.muon_config.set = true; }},
+        {{"muon_config.momentum", "float in [0, 1)", "0.95", "Muon's momentum (buffer.lerp(grad, 1 - momentum))"}, [](C& c, const std::string& k, const Value& v) { c.muon_config.momentum = as_float(k, v, 0, 1, false, true, "a number in [0, 1)"); c.muon_config.set = true; }},
+        {{"muon_config.nesterov", "bool", "true", "Nesterov momentum: orthogonalise grad.lerp(buffer, momentum) instead of the buffer"}, [](C& c, const std::string& k, const Value& v) { c.muon_config.nesterov = as_bool(k, v); c.muon_config.set = true; }},
+        {{"muon_config.ns_steps", "int >= 1", "5", "Newton-Schulz iterations per step"}, [](C& c, const std::string& k, const Value& v) { c.muon_config.ns_steps = as_int(k, v, 1, "an integer >= 1"); c.muon_config.set = true; }},
+        {{"muon_config.weight_decay", "float >= 0 or null", "null", "Muon's decoupled weight decay; null: weight_decay"}, [](C& c, const std::string& k, const Value& v) { c.muon_config.weight_decay = as_float(k, v, 0, INFINITY, false, false, "a number >= 0"); c.muon_config.set = true; }},
+        {{"muon_config.adjust_lr", "match_rms_adamw | original", "match_rms_adamw", "the update's scale: 0.2 x sqrt(max(rows, cols)) (AdamW's RMS, Moonlight) or sqrt(max(1, rows / cols)) (Keller Jordan's)"}, [](C& c, const std::string& k, const Value& v) { c.muon_config.adjust_lr = as_choice(k, v, {"match_rms_adamw", "original"}); c.muon_config.set = true; }},
         {{"gradient_checkpointing", "bool", "false", "HF's switch: true means activation_checkpoint.mode: full"}, boolean(&C::gradient_checkpointing)},
         {{"disable_gradient_checkpointing", "bool", "false", "LlamaFactory's switch: true means activation_checkpoint.mode: off (LlamaFactory checkpoints by default; here it is off unless asked for)"}, boolean(&C::disable_gradient_checkpointing)},
     };
@@ -303,7 +310,7 @@ const std::vector<KeyDef>& key_table() {
 }
 
 const std::set<std::string>& sections() {
-  static const std::set<std::string> s = {"fsdp_config", "fsdp_config.mix_precision", "accelerator", "model", "activation_checkpoint", "chunked_loss"};
+  static const std::set<std::string> s = {"fsdp_config", "fsdp_config.mix_precision", "accelerator", "model", "activation_checkpoint", "chunked_loss", "muon_config"};
   return s;
 }
 
@@ -485,6 +492,7 @@ void check_combinations(const TrainConfig& c) {
           std::string("disable_gradient_checkpointing: true contradicts ") +
               (c.gradient_checkpointing ? "gradient_checkpointing: true" : "activation_checkpoint.mode: " + c.activation_checkpoint.mode) +
               "; keep one");
+  require(!c.muon_config.set || c.optim == "muon", "muon_config applies with optim: muon (optim is " + c.optim + "); set optim: muon or remove muon_config");
   require(c.fsdp_config.edp_shard_size == -1 || a.ep_size > 1,
           "fsdp_config.edp_shard_size applies with expert parallelism (accelerator.ep_size > 1); set ep_size or remove it");
 }

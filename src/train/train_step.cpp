@@ -115,7 +115,11 @@ StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& g
       }
     }
   }
-  for (auto& group : s.optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  auto& groups = s.optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const double scaled = g < s.group_lr.size() && s.base_lr > 0 ? s.group_lr[g] * (lr / s.base_lr) : lr;
+    static_cast<torch::optim::AdamWOptions&>(groups[g].options()).lr(scaled);
+  }
   s.optimizer.step();
   s.optimizer.zero_grad();
   return outcome;

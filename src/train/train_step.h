@@ -55,6 +55,10 @@ struct StepSetup {
   // global) or, as HF's per-forward number, per micro-batch and rank, averaged (false).
   bool global_aux_loss = true;
   int64_t cp = 1, cp_rank = 0;  // context parallelism: each micro-batch's rows split over cp ranks
+  // The schedule gives learning_rate's value at each step (`lr`); each param group runs at its
+  // own initial lr scaled alike (Muon's group has its own).
+  double base_lr = 0;
+  std::vector<double> group_lr = {};
 };
 
 struct StepOutcome {

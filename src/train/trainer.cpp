@@ -18,6 +18,7 @@
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/models/model_config.h"
 #include "hyperparallel/optim/fused_adamw.h"
+#include "hyperparallel/optim/muon.h"
 #include "hyperparallel/platform/cpu_features.h"
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/train/checkpoint.h"
@@ -42,10 +43,14 @@ using Clock = std::chrono::steady_clock;
 // Rank 0 decides whether output_dir may be used; every rank learns the verdict.
 // AdamW (fused, optim/fused_adamw.h) with HF's grouping: no weight decay on biases and norm
 // weights.
-std::unique_ptr<torch::optim::AdamW> make_optimizer(const TrainConfig& c, models::CausalLM& model) {
+std::unique_ptr<torch::optim::AdamW> make_optimizer(const TrainConfig& c, models::CausalLM& model,
+                                                    const std::shared_ptr<comm::Communicator>& world) {
+  const bool muon = c.optim == "muon";
+  const auto shapes = muon ? fsdp::full_parameter_shapes(model) : std::map<std::string, std::vector<int64_t>>{};
   std::vector<at::Tensor> decay, no_decay;
   for (const auto& item : model.named_parameters()) {
     const std::string& name = item.key();
+    if (muon && optim::takes_muon(name, shapes.at(name))) continue;  // Muon's own group
     const bool is_norm = name.find("norm") != std::string::npos;
     const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
     (is_norm || is_bias ? no_decay : decay).push_back(item.value());
@@ -58,6 +63,16 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(const TrainConfig& c, models
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(decay, options(c.weight_decay));
   if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
+  if (muon) {
+    optim::MuonOptions o;
+    o.lr = c.muon_config.lr.value_or(c.learning_rate);
+    o.weight_decay = c.muon_config.weight_decay.value_or(c.weight_decay);
+    o.momentum = c.muon_config.momentum;
+    o.nesterov = c.muon_config.nesterov;
+    o.ns_steps = c.muon_config.ns_steps;
+    o.adjust_lr = c.muon_config.adjust_lr;
+    return std::make_unique<optim::Muon>(groups, *options(c.weight_decay), model, o, world);
+  }
   // One pass per parameter instead of LibTorch's seven ops: 0.58x its step time at one
   // thread, 0.62x at two (docs/benchmarks.md "Optimizer"), the same numbers to rounding.
   return std::make_unique<hyperparallel::optim::FusedAdamW>(groups, *options(c.weight_decay));
@@ -220,11 +235,15 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     if (leader) log << "do_train is false: exported the model to " << c.output_dir << " without training\n";
     return result;
   }
-  auto optimizer = make_optimizer(c, *model);
+  auto optimizer = make_optimizer(c, *model, world);
   StepSetup step_setup{*model, root, *optimizer, *world, data, model->parameters(), {}, c.gradient_accumulation_steps,
                        dp, dp_rank, tp, c.max_grad_norm};
   step_setup.norm_weights = fsdp::gradient_norm_weights(*model, world->size());
   step_setup.global_aux_loss = c.moe_aux_loss_scope == "global";
+  step_setup.base_lr = c.learning_rate;
+  for (const auto& group : optimizer->param_groups()) {
+    step_setup.group_lr.push_back(static_cast<const torch::optim::AdamWOptions&>(group.options()).lr());
+  }
   step_setup.cp = layout.cp();
   step_setup.cp_rank = layout.cp_rank();
   const bool moe = model->config().num_experts > 0;

@@ -8,6 +8,7 @@
 #include "hyperparallel/data/batch_sampler.h"
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/models/causal_lm.h"
+#include "hyperparallel/optim/muon.h"
 #include "hyperparallel/train/lr_schedule.h"
 #include "train/train_data.h"
 #include "train/train_step.h"
@@ -15,10 +16,14 @@
 namespace hyperparallel::testing {
 namespace {
 
-torch::optim::AdamW plain_adamw(const train::TrainConfig& c, models::CausalLM& model) {
+// AdamW with decay and no-decay groups, or (optim: muon) a one-process Muon for the matrices
+// and AdamW for the rest.
+std::unique_ptr<torch::optim::AdamW> plain_optimizer(const train::TrainConfig& c, models::CausalLM& model) {
+  const bool muon = c.optim == "muon";
   std::vector<at::Tensor> decay, no_decay;
   for (const auto& item : model.named_parameters()) {
     const std::string& name = item.key();
+    if (muon && optim::takes_muon(name, item.value().sizes().vec())) continue;
     const bool bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
     (name.find("norm") != std::string::npos || bias ? no_decay : decay).push_back(item.value());
   }
@@ -30,7 +35,17 @@ torch::optim::AdamW plain_adamw(const train::TrainConfig& c, models::CausalLM& m
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(decay, options(c.weight_decay));
   if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
-  return torch::optim::AdamW(groups, *options(c.weight_decay));
+  if (muon) {
+    optim::MuonOptions o;
+    o.lr = c.muon_config.lr.value_or(c.learning_rate);
+    o.weight_decay = c.muon_config.weight_decay.value_or(c.weight_decay);
+    o.momentum = c.muon_config.momentum;
+    o.nesterov = c.muon_config.nesterov;
+    o.ns_steps = c.muon_config.ns_steps;
+    o.adjust_lr = c.muon_config.adjust_lr;
+    return std::make_unique<optim::Muon>(groups, *options(c.weight_decay), model, o, nullptr);
+  }
+  return std::make_unique<torch::optim::AdamW>(groups, *options(c.weight_decay));
 }
 
 }  // namespace
@@ -40,7 +55,10 @@ PlainRun plain_reference_run(const train::TrainConfig& c) {
   models::ModelLoadOptions load;
   load.seed = static_cast<uint64_t>(c.seed);
   auto model = models::AutoModelForCausalLM::from_pretrained(c.model_name_or_path, load);
-  torch::optim::AdamW optimizer = plain_adamw(c, *model);
+  std::unique_ptr<torch::optim::AdamW> optimizer_ptr = plain_optimizer(c, *model);
+  torch::optim::AdamW& optimizer = *optimizer_ptr;
+  std::vector<double> group_lr;  // each group's lr follows the schedule's factor
+  for (const auto& group : optimizer.param_groups()) group_lr.push_back(static_cast<const torch::optim::AdamWOptions&>(group.options()).lr());
   const data::GlobalBatchSampler sampler(static_cast<int64_t>(data.rows.size()),
                                          c.per_device_train_batch_size * c.gradient_accumulation_steps,
                                          static_cast<uint64_t>(c.seed));
@@ -77,7 +95,9 @@ PlainRun plain_reference_run(const train::TrainConfig& c) {
     optimizer.zero_grad();
     loss.backward();
     const double norm = torch::nn::utils::clip_grad_norm_(model->parameters(), c.max_grad_norm > 0 ? c.max_grad_norm : INFINITY);
-    for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(schedule.lr_at(step));
+    for (size_t g = 0; g < group_lr.size(); ++g) {
+      static_cast<torch::optim::AdamWOptions&>(optimizer.param_groups()[g].options()).lr(group_lr[g] * schedule.lr_at(step) / c.learning_rate);
+    }
     optimizer.step();
     run.losses.push_back(loss.item<double>());
     run.grad_norms.push_back(norm);

@@ -200,6 +200,23 @@ TEST(Checkpoint, ContextParallelCheckpointsLoadOnAnyLayout) {
   for (const auto& dir : {full, same, cp4, fsdp4, one}) fs::remove_all(dir);
 }
 
+// optim: muon keeps each matrix's momentum as AdamW's exp_avg: a checkpoint of FSDP2 resumes
+// exactly on FSDP2 and within 1e-5 on one process.
+TEST(Checkpoint, MuonCheckpointsResume) {
+  const std::string full = temp_dir("muon_fsdp2"), same = temp_dir("muon_same"), one = temp_dir("muon_one");
+  train_on(2, full, {"per_device_train_batch_size=4", "optim=muon"});
+  const std::string from = full + "/checkpoint-8";
+  train_on(2, same, {"per_device_train_batch_size=4", "optim=muon", "resume_from_checkpoint=" + from});
+  train_on(1, one, {"per_device_train_batch_size=8", "optim=muon", "resume_from_checkpoint=" + from});
+  const auto reference = logged_losses(full);
+  ASSERT_EQ(reference.size(), 12u);
+  const auto resumed = logged_losses(same);
+  ASSERT_EQ(resumed.size(), 4u);
+  for (const auto& [step, loss] : resumed) EXPECT_EQ(loss, reference.at(step)) << "step " << step;
+  for (const auto& [step, loss] : logged_losses(one)) EXPECT_NEAR(loss, reference.at(step), 1e-5 * reference.at(step)) << "step " << step;
+  for (const auto& dir : {full, same, one}) fs::remove_all(dir);
+}
+
 // A checkpoint written by EP2 x edp2 (each expert on one ep rank, FSDP-sharded over two)
 // holds each element once, resumes exactly on its own layout and within 1e-5 on EP4, on FSDP
 // without EP and on one process; the exported folders are the same model.

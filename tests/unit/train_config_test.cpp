@@ -132,6 +132,8 @@ TEST(TrainConfig, BadConfigsFailWithExitCode2NamingTheKey) {
       {"accelerator:\n  cp_size: 4\n  cp_algorithm: zigzag\n", "accelerator.cp_algorithm: 'zigzag' is not allowed; expected ulysses | allgather | ring | hybrid"},
       {"accelerator:\n  cp_size: 4\n  ulysses_degree: 3\n", "accelerator.ulysses_degree 3 does not divide cp_size 4"},
       {"accelerator:\n  pp_size: 2\n", "accelerator.pp_size: 2 is not supported yet"},
+      {"muon_config:\n  momentum: 0.9\n", "muon_config applies with optim: muon (optim is adamw_torch)"},
+      {"optim: muon\nmuon_config:\n  adjust_lr: rms\n", "muon_config.adjust_lr: 'rms' is not allowed; expected match_rms_adamw | original"},
       {"accelerator:\n  cp_size: 2\n", "accelerator.tp_size 1 x cp_size 2 = 2 does not divide the world size 1"},
       {"accelerator:\n  sequence_parallel: true\n", "accelerator.sequence_parallel needs tp_size > 1"},
       {"accelerator:\n  loss_parallel: true\n", "accelerator.loss_parallel needs tp_size > 1"},

@@ -513,6 +513,17 @@ TEST(Trainer, ContextParallelMoeLayoutsMatchThePlainModel) {
                                     20);
 }
 
+// optim: muon through the trainer: Muon's matrices orthogonalised whole on their owner ranks
+// under FSDP4, HSDP 2x2 and FSDP2 x TP2 + SP, against a one-process Muon.
+TEST(Trainer, MuonLayoutsMatchThePlainModel) {
+  expect_runs_match_the_plain_model({"optim=muon", "muon_config.momentum=0.9"},
+                                    {{"muon_fsdp4", 4, {"per_device_train_batch_size=2"}},
+                                     {"muon_hsdp", 4, {"per_device_train_batch_size=2", "fsdp_config.dp_shard_size=2"}},
+                                     {"muon_fsdp2_tp2_sp", 4, {"per_device_train_batch_size=4", "accelerator.tp_size=2",
+                                                               "accelerator.sequence_parallel=true"}}},
+                                    20);
+}
+
 TEST(Trainer, CommandLineTrainsOnItsOwnRanksAndWritesItsFiles) {
   const std::string dir = temp_dir("cli");
   fs::remove_all(dir);

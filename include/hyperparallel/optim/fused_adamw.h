@@ -20,6 +20,9 @@ class FusedAdamW : public torch::optim::AdamW {
  public:
   using torch::optim::AdamW::AdamW;
   at::Tensor step(LossClosure closure = nullptr) override;
+
+ protected:
+  void step_groups(size_t count);  // AdamW on the first `count` param groups
 };
 
 }  // namespace hyperparallel::optim

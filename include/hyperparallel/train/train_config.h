@@ -67,6 +67,18 @@ struct ChunkedLossConfig {
   int64_t chunk_size = 1024;  // tokens per chunk
 };
 
+// optim: muon (optim/muon.h): Muon for the matrices, AdamW for the rest. Unset lr and
+// weight_decay follow learning_rate and weight_decay (with adjust_lr match_rms_adamw one
+// schedule suits both).
+struct MuonConfig {
+  std::optional<double> lr, weight_decay;
+  double momentum = 0.95;
+  bool nesterov = true;
+  int64_t ns_steps = 5;
+  std::string adjust_lr = "match_rms_adamw";  // or original
+  bool set = false;  // some muon_config key was given
+};
+
 struct TrainConfig {
   // model
   std::string model_name_or_path;  // HF folder or a built-in debug flavour
@@ -150,6 +162,7 @@ struct TrainConfig {
   AcceleratorConfig accelerator;
   ActivationCheckpointConfig activation_checkpoint;
   ChunkedLossConfig chunked_loss;
+  MuonConfig muon_config;
   // LlamaFactory / HF spellings of activation checkpointing: gradient_checkpointing: true
   // means activation_checkpoint.mode: full; disable_gradient_checkpointing: true means off.
   bool gradient_checkpointing = false, disable_gradient_checkpointing = false;
