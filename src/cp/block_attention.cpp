@@ -40,12 +40,6 @@ at::Tensor visible_keys(const models::SequenceShard& shard, const at::Tensor& q_
   return allowed;
 }
 
-at::Tensor chunk_indices(const std::vector<int64_t>& starts, int64_t chunk) {
-  std::vector<at::Tensor> parts;
-  for (int64_t s : starts) parts.push_back(range(s, chunk));
-  return at::cat(parts);
-}
-
 at::Tensor group_queries(const at::Tensor& q, int64_t kv_heads) {
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), dim = q.size(3);
   return q.reshape({batch, kv_heads, heads / kv_heads * seq, dim});

@@ -15,6 +15,7 @@
 
 #include <ATen/ATen.h>
 
+#include <utility>
 #include <vector>
 
 #include "hyperparallel/models/module_interfaces.h"
@@ -23,9 +24,6 @@ namespace hyperparallel::cp {
 
 // Which of keys k_index [Tk] queries q_index [Tq] may see: [B or 1, 1, Tq, Tk] bool.
 at::Tensor visible_keys(const models::SequenceShard& shard, const at::Tensor& q_index, const at::Tensor& k_index);
-
-// [n * chunk] the indices of chunks starting at `starts`.
-at::Tensor chunk_indices(const std::vector<int64_t>& starts, int64_t chunk);
 
 // q [B, H, n * chunk, D] (chunks at q_starts); k, v [B, H_kv, L, D] in natural order.
 // Returns [B, H, n * chunk, D].

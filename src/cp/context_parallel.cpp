@@ -133,7 +133,8 @@ void parallelize_context(models::CausalLM& model, std::shared_ptr<comm::Communic
   const int64_t degree = resolved_ulysses_degree(o, cp->size());
   const models::ModelConfig& c = model.config();
   const int64_t split = std::max<int64_t>(1, o.head_split);
-  const int64_t heads = c.num_attention_heads / split, kv_heads = c.num_key_value_heads / split;
+  // Tensor parallelism with fewer kv heads than ranks keeps one (replicated) kv head per rank.
+  const int64_t heads = c.num_attention_heads / split, kv_heads = std::max<int64_t>(1, c.num_key_value_heads / split);
   if (heads % degree != 0 || kv_heads % degree != 0) {
     throw UserError("context parallelism: Ulysses degree " + std::to_string(degree) + " must divide each rank's " +
                     std::to_string(heads) + " attention heads and " + std::to_string(kv_heads) + " kv heads (" +

@@ -30,6 +30,10 @@ int64_t resolved_ulysses_degree(const ContextParallelOptions& o, int64_t cp_size
     }
     return cp_size;
   }
+  if (a != "hybrid" && d == cp_size && cp_size > 1) {
+    throw UserError("ulysses_degree " + std::to_string(d) + " = cp_size makes cp_algorithm " + a +
+                    " plain Ulysses; say cp_algorithm: ulysses, or use a smaller degree");
+  }
   if (a == "hybrid" && (d <= 1 || d >= cp_size)) {
     throw UserError("cp_algorithm hybrid needs ulysses_degree between 1 and cp_size " + std::to_string(cp_size) +
                     " (exclusive) dividing it; got " + std::to_string(d));

@@ -43,6 +43,7 @@ void for_each_block(const RingState& st, int64_t source, const Visit& visit) {
           kind == BlockKind::kDiagonal || masked
               ? visible_keys(st.shard, at::arange(mine[a], mine[a] + c, at::kLong), at::arange(theirs[b], theirs[b] + c, at::kLong))
               : at::Tensor();
+      if (visible.defined() && !visible.any().item<bool>()) continue;  // other documents or padding only
       visit(static_cast<int64_t>(a), static_cast<int64_t>(b), visible);
     }
   }

@@ -51,7 +51,7 @@ models::CausalLMInput shard_sequence(const models::CausalLMInput& batch, int64_t
   if (!mask.defined() && full != length) mask = at::ones({rows, length}, at::kLong);
   if (mask.defined()) {
     mask = pad_rows(mask, full, 0);
-    shard->valid = mask.to(at::kBool);
+    if (!mask.all().item<bool>()) shard->valid = mask.to(at::kBool);  // all valid: no padding term in any block
   }
   models::CausalLMInput out;
   out.input_ids = pad_rows(batch.input_ids, full, 0).index_select(1, shard->index);
@@ -59,7 +59,10 @@ models::CausalLMInput shard_sequence(const models::CausalLMInput& batch, int64_t
   if (mask.defined()) out.attention_mask = mask.index_select(1, shard->index);
   if (batch.labels.defined()) {
     // Next-token targets in the full row: position t predicts labels[t + 1].
-    const at::Tensor shifted = at::cat({batch.labels.narrow(1, 1, length - 1), at::full({rows, 1}, -100, batch.labels.options())}, 1);
+    at::Tensor shifted = at::cat({batch.labels.narrow(1, 1, length - 1), at::full({rows, 1}, -100, batch.labels.options())}, 1);
+    // A padding position predicts nothing (with left padding the last pad would otherwise
+    // predict the first token from an attention over padding alone).
+    if (batch.attention_mask.defined()) shifted = shifted.masked_fill(batch.attention_mask.eq(0), -100);
     out.labels = pad_rows(shifted, full, -100).index_select(1, shard->index);
   }
   out.document_mask = batch.document_mask;

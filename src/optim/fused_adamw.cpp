@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "hyperparallel/optim/state_file.h"
+
 namespace hyperparallel::optim {
 namespace {
 
@@ -101,30 +103,95 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
   return loss;
 }
 
+FusedAdamW::~FusedAdamW() = default;
+
+torch::optim::AdamWParamState& FusedAdamW::state_of(const at::Tensor& p) {
+  const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+  auto found = state().find(key);
+  if (found == state().end()) {
+    auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+    fresh->step(0);
+    fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+    fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+    found = state().emplace(key, std::move(fresh)).first;
+  }
+  return static_cast<torch::optim::AdamWParamState&>(*found->second);
+}
+
+void FusedAdamW::offload_state(const std::string& dir) {
+  std::vector<at::Tensor> params;
+  std::vector<int64_t> numels;
+  for (size_t g = 0; g < adamw_group_count(); ++g) {
+    for (const auto& p : param_groups()[g].params()) {
+      file_slot_[c10::guts::to_string(p.unsafeGetTensorImpl())] = numels.size();
+      numels.push_back(p.numel());
+      numels.push_back(p.numel());
+      params.push_back(p);
+    }
+  }
+  file_ = std::make_unique<OptimizerStateFile>(dir, numels);
+  for (const auto& p : params) {
+    const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+    const size_t slot = file_slot_.at(key);
+    if (state().count(key)) {  // existing moments move into the file
+      stream_in(p, static_cast<torch::optim::AdamWParamState&>(*state().at(key)));
+    } else {  // fresh ones start as the file's zeros, never allocated in memory
+      auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+      fresh->step(0);
+      fresh->exp_avg(file_->tensor(slot, p.sizes()));
+      fresh->exp_avg_sq(file_->tensor(slot + 1, p.sizes()));
+      state().emplace(key, std::move(fresh));
+    }
+    file_->release(slot);
+    file_->release(slot + 1);
+  }
+}
+
+// Points the state's moments at the file (copying what they held when they live elsewhere,
+// as after a checkpoint load) and asks for them to be read in.
+void FusedAdamW::stream_in(const at::Tensor& p, torch::optim::AdamWParamState& s) {
+  const size_t slot = file_slot_.at(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  file_->will_need(slot);
+  file_->will_need(slot + 1);
+  at::Tensor avg = file_->tensor(slot, p.sizes()), avg_sq = file_->tensor(slot + 1, p.sizes());
+  if (s.exp_avg().data_ptr() != avg.data_ptr()) {
+    avg.copy_(s.exp_avg());
+    avg_sq.copy_(s.exp_avg_sq());
+    s.exp_avg(avg);
+    s.exp_avg_sq(avg_sq);
+  }
+}
+
 void FusedAdamW::step_groups(size_t count) {
   at::NoGradGuard no_grad;
   for (size_t g = 0; g < count; ++g) {
     auto& group = param_groups()[g];
     auto& options = static_cast<torch::optim::AdamWOptions&>(group.options());
-    for (auto& p : group.params()) {
+    const auto& params = group.params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      at::Tensor p = params[i];
       if (!p.grad().defined()) continue;
       const at::Tensor& grad = p.grad();
-      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
-      auto found = state().find(key);
-      if (found == state().end()) {
-        auto fresh = std::make_unique<torch::optim::AdamWParamState>();
-        fresh->step(0);
-        fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-        fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-        found = state().emplace(key, std::move(fresh)).first;
+      auto& s = state_of(p);
+      if (file_) {
+        stream_in(p, s);
+        if (i + 1 < params.size()) {  // read the next parameter's moments ahead
+          const size_t next = file_slot_.at(c10::guts::to_string(params[i + 1].unsafeGetTensorImpl()));
+          file_->will_need(next);
+          file_->will_need(next + 1);
+        }
       }
-      auto& s = static_cast<torch::optim::AdamWParamState&>(*found->second);
       s.step(s.step() + 1);
       if (!options.amsgrad() && fusable(p, grad, s)) {
         fused_update(p.data_ptr<float>(), grad.data_ptr<float>(), s.exp_avg().data_ptr<float>(), s.exp_avg_sq().data_ptr<float>(),
                      p.numel(), scalars_for(options, s.step()));
       } else {
         unfused_update(p, grad, s, options);
+      }
+      if (file_) {
+        const size_t slot = file_slot_.at(c10::guts::to_string(p.unsafeGetTensorImpl()));
+        file_->release(slot);
+        file_->release(slot + 1);
       }
     }
   }

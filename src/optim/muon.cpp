@@ -8,6 +8,7 @@
 
 #include "hyperparallel/dtensor/parameter_specs.h"
 #include "hyperparallel/fsdp/fully_shard.h"
+#include "hyperparallel/optim/state_file.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel::optim {
@@ -58,10 +59,13 @@ void find_boxes(Muon::Layout& l, torch::nn::Module& root, comm::Communicator* wo
   std::vector<int64_t> mine(4 * m, 0);
   l.params.resize(m);
   for (size_t i = 0; i < m; ++i) {
+    if (!params.contains(l.names[i])) continue;  // held by other ranks (an expert under EP)
     auto s = shards.find(l.names[i]);
-    if (s == shards.end() || !params.contains(l.names[i])) continue;
     const at::Tensor& p = params[l.names[i]];
-    if (s->second.lengths.size() != 2 || p.numel() != s->second.lengths[0] * s->second.lengths[1]) continue;
+    if (s == shards.end() || s->second.lengths.size() != 2 || p.numel() != s->second.lengths[0] * s->second.lengths[1]) {
+      throw UserError("Muon: " + l.names[i] + " has no 2-D box in the sharded state dict matching its local " +
+                      std::to_string(p.numel()) + " elements; its layout is not one Muon can assemble");
+    }
     l.params[i] = p;
     for (int d = 0; d < 2; ++d) {
       mine[4 * i + 2 * d] = s->second.offsets[d];
@@ -83,10 +87,16 @@ void find_boxes(Muon::Layout& l, torch::nn::Module& root, comm::Communicator* wo
   }
   l.sends.assign(l.ranks, std::vector<bool>(m, false));
   for (size_t i = 0; i < m; ++i) {
+    int64_t covered = 0;
     for (int r = 0; r < l.ranks; ++r) {
       bool first = l.held(r, i);
       for (int t = 0; t < r && first; ++t) first = !(l.held(t, i) && l.boxes[t][i] == l.boxes[r][i]);
       l.sends[r][i] = first;
+      if (first) covered += l.boxes[r][i][1] * l.boxes[r][i][3];
+    }
+    if (covered != l.shapes[i][0] * l.shapes[i][1]) {  // distinct boxes must tile the matrix
+      throw UserError("Muon: the ranks' pieces of " + l.names[i] + " cover " + std::to_string(covered) + " of its " +
+                      std::to_string(l.shapes[i][0] * l.shapes[i][1]) + " elements; every rank must hold its box");
     }
   }
 }
@@ -141,69 +151,84 @@ Muon::~Muon() = default;
 
 size_t Muon::matrix_count() const { return layout_->names.size(); }
 
-std::vector<at::Tensor> Muon::orthogonalised(const std::vector<at::Tensor>& updates) {
-  const Layout& l = *layout_;
+namespace {
+
+int64_t area(const BoxOf& b) { return b[1] * b[3]; }
+
+// One all-to-all of flat fp32 pieces: `parts` in destination order, `send[d]` / `receive[s]`
+// elements per rank.
+at::Tensor exchange(comm::Communicator& world, const std::vector<at::Tensor>& parts, const std::vector<int64_t>& send,
+                    const std::vector<int64_t>& receive) {
+  int64_t total = 0;
+  for (int64_t n : receive) total += n;
+  const at::Tensor input = parts.empty() ? at::zeros({0}, at::kFloat) : at::cat(parts);
+  at::Tensor output = at::empty({total}, at::kFloat);
+  world.all_to_all(output, input, receive, send).wait();
+  return output;
+}
+
+// There: every distinct box of U to its matrix's owner, which assembles its matrices whole.
+std::vector<at::Tensor> gather_on_owners(const Muon::Layout& l, comm::Communicator& world, const std::vector<at::Tensor>& updates) {
+  const int me = world.rank();
   const size_t m = l.names.size();
-  std::vector<at::Tensor> out(m);
-  if (l.ranks == 1) {
-    for (size_t i = 0; i < m; ++i) {
-      if (updates[i].defined()) out[i] = newton_schulz(updates[i], options_.ns_steps) * lr_scale(options_.adjust_lr, l.shapes[i]);
-    }
-    return out;
-  }
-  const int me = world_->rank();
-  const auto numel = [&](int r, size_t i) { return l.boxes[r][i][1] * l.boxes[r][i][3]; };
-  // There: each holder's U boxes to the owners.
   std::vector<at::Tensor> parts;
   std::vector<int64_t> send(l.ranks, 0), receive(l.ranks, 0);
   for (int d = 0; d < l.ranks; ++d) {
     for (size_t i = 0; i < m; ++i) {
-      if (l.owner(i) == d && l.sends[me][i]) parts.push_back(updates[i].reshape({-1})), send[d] += numel(me, i);
-      if (l.owner(i) == me && l.sends[d][i]) receive[d] += numel(d, i);
+      if (l.owner(i) == d && l.sends[me][i]) parts.push_back(updates[i].reshape({-1})), send[d] += area(l.boxes[me][i]);
+      if (l.owner(i) == me && l.sends[d][i]) receive[d] += area(l.boxes[d][i]);
     }
   }
-  const auto exchange = [&](const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits) {
-    int64_t total = 0;
-    for (int64_t n : out_splits) total += n;
-    const at::Tensor input = parts.empty() ? at::zeros({0}, at::kFloat) : at::cat(parts);
-    at::Tensor output = at::empty({total}, at::kFloat);
-    world_->all_to_all(output, input, out_splits, in_splits).wait();
-    parts.clear();
-    return output;
-  };
-  const at::Tensor arrived = exchange(send, receive);
+  const at::Tensor arrived = exchange(world, parts, send, receive);
   std::vector<at::Tensor> whole(m);
   int64_t offset = 0;
   for (int s = 0; s < l.ranks; ++s) {
     for (size_t i = 0; i < m; ++i) {
       if (l.owner(i) != me || !l.sends[s][i]) continue;
       if (!whole[i].defined()) whole[i] = at::zeros(l.shapes[i], at::kFloat);
-      l.box_of(whole[i], s, i).copy_(arrived.narrow(0, offset, numel(s, i)).view({l.boxes[s][i][1], l.boxes[s][i][3]}));
-      offset += numel(s, i);
+      const BoxOf& b = l.boxes[s][i];
+      l.box_of(whole[i], s, i).copy_(arrived.narrow(0, offset, area(b)).view({b[1], b[3]}));
+      offset += area(b);
     }
   }
-  for (size_t i = 0; i < m; ++i) {
-    if (whole[i].defined()) whole[i] = newton_schulz(whole[i], options_.ns_steps) * lr_scale(options_.adjust_lr, l.shapes[i]);
-  }
-  // Back: every holder's box of O.
-  std::fill(send.begin(), send.end(), 0);
-  std::fill(receive.begin(), receive.end(), 0);
+  return whole;
+}
+
+// Back: every holder its box of the owners' results.
+std::vector<at::Tensor> return_boxes(const Muon::Layout& l, comm::Communicator& world, const std::vector<at::Tensor>& whole) {
+  const int me = world.rank();
+  const size_t m = l.names.size();
+  std::vector<at::Tensor> parts;
+  std::vector<int64_t> send(l.ranks, 0), receive(l.ranks, 0);
   for (int d = 0; d < l.ranks; ++d) {
     for (size_t i = 0; i < m; ++i) {
-      if (l.owner(i) == me && l.held(d, i)) parts.push_back(l.box_of(whole[i], d, i).reshape({-1})), send[d] += numel(d, i);
-      if (l.owner(i) == d && l.held(me, i)) receive[d] += numel(me, i);
+      if (l.owner(i) == me && l.held(d, i)) parts.push_back(l.box_of(whole[i], d, i).reshape({-1})), send[d] += area(l.boxes[d][i]);
+      if (l.owner(i) == d && l.held(me, i)) receive[d] += area(l.boxes[me][i]);
     }
   }
-  const at::Tensor returned = exchange(send, receive);
-  offset = 0;
+  const at::Tensor returned = exchange(world, parts, send, receive);
+  std::vector<at::Tensor> out(m);
+  int64_t offset = 0;
   for (int d = 0; d < l.ranks; ++d) {
     for (size_t i = 0; i < m; ++i) {
       if (l.owner(i) != d || !l.held(me, i)) continue;
-      out[i] = returned.narrow(0, offset, numel(me, i)).view({l.boxes[me][i][1], l.boxes[me][i][3]});
-      offset += numel(me, i);
+      const BoxOf& b = l.boxes[me][i];
+      out[i] = returned.narrow(0, offset, area(b)).view({b[1], b[3]});
+      offset += area(b);
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> Muon::orthogonalised(const std::vector<at::Tensor>& updates) {
+  const Layout& l = *layout_;
+  std::vector<at::Tensor> whole = l.ranks == 1 ? updates : gather_on_owners(l, *world_, updates);
+  for (size_t i = 0; i < whole.size(); ++i) {
+    if (whole[i].defined()) whole[i] = newton_schulz(whole[i], options_.ns_steps) * lr_scale(options_.adjust_lr, l.shapes[i]);
+  }
+  return l.ranks == 1 ? whole : return_boxes(l, *world_, whole);
 }
 
 at::Tensor Muon::step(LossClosure closure) {
@@ -231,6 +256,9 @@ at::Tensor Muon::step(LossClosure closure) {
       found = state().emplace(key, std::move(fresh)).first;
     }
     auto& s = static_cast<torch::optim::AdamWParamState&>(*found->second);
+    if (s.exp_avg_sq().numel() > 1 && s.exp_avg_sq().stride(0) != 0) {  // materialised by a checkpoint load
+      s.exp_avg_sq(at::zeros({1}, at::kFloat).expand(p.sizes()));
+    }
     s.step(s.step() + 1);
     const at::Tensor grad = p.grad().defined() ? p.grad().to(at::kFloat) : at::zeros_like(p, at::kFloat);
     at::Tensor buffer = s.exp_avg();

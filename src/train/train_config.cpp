@@ -294,6 +294,7 @@ const std::vector<KeyDef>& key_table() {
         {{"activation_checkpoint.every", "int >= 1", "1", "checkpoint decoder layers 0, every, 2 x every, ... (1: all)"}, [](C& c, const std::string& k, const Value& v) { c.activation_checkpoint.every = as_int(k, v, 1, "an integer >= 1"); }},
         {{"chunked_loss.enabled", "bool", "false", "the head and cross-entropy on chunk_size tokens at a time, each chunk's logits recomputed in backward: the [tokens x vocab] logits never exist whole (same numbers to rounding; docs/memory.md)"}, [](C& c, const std::string& k, const Value& v) { c.chunked_loss.enabled = as_bool(k, v); }},
         {{"chunked_loss.chunk_size", "int >= 1", "1024", "tokens per chunk of the chunked loss"}, [](C& c, const std::string& k, const Value& v) { c.chunked_loss.chunk_size = as_int(k, v, 1, "an integer >= 1"); }},
+        {{"optimizer_offload.dir", "string", "\"\"", "keep AdamW's moments in a file in this directory (local disk, not tmpfs), each parameter's read ahead before its update and released after: resident optimizer state about one parameter's; same numbers (docs/optimizers.md); \"\": in memory"}, [](C& c, const std::string& k, const Value& v) { c.optimizer_offload_dir = as_string(k, v); }},
         // muon_config (optim: muon)
         {{"muon_config.lr", "float > 0 or null", "null", "Muon's learning rate (scheduled like learning_rate); null: learning_rate"}, [](C& c, const std::string& k, const Value& v) { c.muon_config.lr = as_float(k, v, 0, INFINITY, true, false, "a number > 0"); c.muon_config.set = true; }},
         {{"muon_config.momentum", "float in [0, 1)", "0.95", "Muon's momentum (buffer.lerp(grad, 1 - momentum))"}, [](C& c, const std::string& k, const Value& v) { c.muon_config.momentum = as_float(k, v, 0, 1, false, true, "a number in [0, 1)"); c.muon_config.set = true; }},
@@ -310,7 +311,7 @@ const std::vector<KeyDef>& key_table() {
 }
 
 const std::set<std::string>& sections() {
-  static const std::set<std::string> s = {"fsdp_config", "fsdp_config.mix_precision", "accelerator", "model", "activation_checkpoint", "chunked_loss", "muon_config"};
+  static const std::set<std::string> s = {"fsdp_config", "fsdp_config.mix_precision", "accelerator", "model", "activation_checkpoint", "chunked_loss", "muon_config", "optimizer_offload"};
   return s;
 }
 

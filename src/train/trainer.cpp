@@ -19,6 +19,7 @@
 #include "hyperparallel/models/model_config.h"
 #include "hyperparallel/optim/fused_adamw.h"
 #include "hyperparallel/optim/muon.h"
+#include "hyperparallel/optim/state_file.h"
 #include "hyperparallel/platform/cpu_features.h"
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/train/checkpoint.h"
@@ -43,8 +44,8 @@ using Clock = std::chrono::steady_clock;
 // Rank 0 decides whether output_dir may be used; every rank learns the verdict.
 // AdamW (fused, optim/fused_adamw.h) with HF's grouping: no weight decay on biases and norm
 // weights.
-std::unique_ptr<torch::optim::AdamW> make_optimizer(const TrainConfig& c, models::CausalLM& model,
-                                                    const std::shared_ptr<comm::Communicator>& world) {
+std::unique_ptr<optim::FusedAdamW> make_optimizer(const TrainConfig& c, models::CausalLM& model,
+                                                  const std::shared_ptr<comm::Communicator>& world) {
   const bool muon = c.optim == "muon";
   const auto shapes = muon ? fsdp::full_parameter_shapes(model) : std::map<std::string, std::vector<int64_t>>{};
   std::vector<at::Tensor> decay, no_decay;
@@ -236,6 +237,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     return result;
   }
   auto optimizer = make_optimizer(c, *model, world);
+  if (!c.optimizer_offload_dir.empty()) optimizer->offload_state(c.optimizer_offload_dir);
   StepSetup step_setup{*model, root, *optimizer, *world, data, model->parameters(), {}, c.gradient_accumulation_steps,
                        dp, dp_rank, tp, c.max_grad_norm};
   step_setup.norm_weights = fsdp::gradient_norm_weights(*model, world->size());
@@ -316,6 +318,9 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
       log << "activation checkpointing: " << ac << (every > 1 ? ", every " + std::to_string(every) + " layers" : "") << "\n";
     }
     if (c.chunked_loss.enabled) log << "chunked loss: " << c.chunked_loss.chunk_size << " tokens per chunk\n";
+    if (const auto* file = optimizer->state_file()) {
+      log << "optimizer offload: " << (file->bytes() >> 20) << " MiB of AdamW moments per rank in a file in " << c.optimizer_offload_dir << "\n";
+    }
     if (c.validate_placement) {
       log << (tp > 1 ? "model.validate_placement: Validation mode, every module boundary of the tensor-parallel plan is checked\n"
                      : "model.validate_placement: no tp axis (tp_size 1), so no placement to check\n");

@@ -310,6 +310,7 @@ TEST(ContextParallel, LayoutsThatDoNotFitAreUserErrors) {
   EXPECT_NE(message({"hybrid", 0, 1}, 4).find("hybrid needs ulysses_degree"), std::string::npos);
   EXPECT_NE(message({"ring", 3, 1}, 4).find("does not divide cp_size 4"), std::string::npos);
   EXPECT_NE(message({"ulysses", 2, 1}, 4).find("use cp_algorithm: hybrid"), std::string::npos);
+  EXPECT_NE(message({"ring", 4, 1}, 4).find("ulysses_degree 4 = cp_size makes cp_algorithm ring plain Ulysses"), std::string::npos);
   EXPECT_EQ(cp::resolved_ulysses_degree({"ulysses", 0, 1}, 4), 4);
   EXPECT_EQ(cp::resolved_ulysses_degree({"ring", 0, 1}, 4), 1);
   EXPECT_EQ(cp::valid_ulysses_degrees(8, 2, 4), "1, 2");

@@ -1,12 +1,16 @@
 // FusedAdamW against torch::optim::AdamW: 100 steps on the same gradients (two parameter
 // groups, weight decay on one, lr changing every step as a schedule does, a tensor large
 // enough to be split over threads), parameters, both moments and the step count; the
-// tensor-op path (a non-contiguous parameter, amsgrad).
+// tensor-op path (a non-contiguous parameter, amsgrad); the moments offloaded to a file:
+// bit-identical, out of the resident set between updates, state set from outside adopted.
 #include <gtest/gtest.h>
 #include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
 
+#include <fstream>
+
 #include "hyperparallel/optim/fused_adamw.h"
+#include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel {
 namespace {
@@ -91,6 +95,78 @@ TEST(Optimizers, FusedAdamWEqualsTorchAdamW) {
     }
   }
   at::set_num_threads(threads);
+}
+
+double resident_mb() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+// 12 steps with the moments in a file, then the same 12 in memory: bit-identical, and the
+// file's 48 MiB of moments are not resident after a step while the in-memory ones are.
+TEST(Optimizers, OffloadedMomentsAreBitIdenticalAndLeaveTheResidentSet) {
+  const std::vector<std::vector<int64_t>> shapes{{2048, 2048}, {1024, 2048}, {4096}, {3, 5}};
+  const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
+  struct Result {
+    std::vector<at::Tensor> params;
+    std::unique_ptr<optim::FusedAdamW> opt;
+    double resident_growth = 0;
+  };
+  const auto run = [&](bool offload) {
+    Result r;
+    auto gen = at::detail::createCPUGenerator(8);
+    for (const auto& shape : shapes) r.params.push_back(at::randn(shape, gen).requires_grad_(true));
+    for (auto& p : r.params) p.mutable_grad() = at::zeros_like(p);
+    const double baseline = resident_mb();
+    r.opt = std::make_unique<optim::FusedAdamW>(r.params, options);
+    if (offload) r.opt->offload_state(::testing::TempDir());
+    for (int step = 0; step < 12; ++step) {
+      if (step == 6 && offload) {  // state replaced from outside (a checkpoint load): adopted into the file
+        for (auto& [key, state] : r.opt->state()) {
+          auto& s = static_cast<torch::optim::AdamWParamState&>(*state);
+          s.exp_avg(s.exp_avg().clone());
+          s.exp_avg_sq(s.exp_avg_sq().clone());
+        }
+      }
+      auto grads = at::detail::createCPUGenerator(100 + step);
+      for (auto& p : r.params) p.mutable_grad().normal_(0, 1, grads);  // in place: no temporaries in the measure
+      r.opt->step();
+      if (step == 0) r.resident_growth = resident_mb() - baseline;
+    }
+    return r;
+  };
+  const Result offloaded = run(true);
+  const Result in_memory = run(false);
+  std::printf("resident growth over the first step: in memory %.1f MiB, offloaded %.1f MiB\n", in_memory.resident_growth,
+              offloaded.resident_growth);
+  EXPECT_GT(in_memory.resident_growth, 0.8 * 48);  // 2 x 6 M floats of moments
+  EXPECT_LT(offloaded.resident_growth, 8.0);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    EXPECT_TRUE(in_memory.params[i].equal(offloaded.params[i])) << i;
+    const auto state = [&](const Result& r) -> const torch::optim::AdamWParamState& {
+      return static_cast<const torch::optim::AdamWParamState&>(*r.opt->state().at(c10::guts::to_string(r.params[i].unsafeGetTensorImpl())));
+    };
+    EXPECT_TRUE(state(in_memory).exp_avg().equal(state(offloaded).exp_avg())) << i;
+    EXPECT_TRUE(state(in_memory).exp_avg_sq().equal(state(offloaded).exp_avg_sq())) << i;
+    EXPECT_EQ(state(in_memory).step(), state(offloaded).step());
+  }
+  EXPECT_GE(offloaded.opt->state_file()->bytes(), 2u * 4 * (2048 * 2048 + 1024 * 2048 + 4096 + 15));
+  EXPECT_GT(offloaded.opt->state_file()->released_bytes(), 12u * 2 * 4 * 2048 * 2048);
+}
+
+TEST(Optimizers, AnOffloadDirectoryThatCannotHoldTheFileIsAUserError) {
+  at::Tensor p = at::zeros({4}).requires_grad_(true);
+  optim::FusedAdamW opt({p}, torch::optim::AdamWOptions(1e-3));
+  try {
+    opt.offload_state("/nonexistent/offload");
+    ADD_FAILURE() << "offloaded into a missing directory";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer_offload.dir: cannot create a file in /nonexistent/offload"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -357,6 +357,22 @@ TEST(Trainer, ExpertParallelLayoutsThatDoNotFitAreUserErrors) {
   fs::remove_all(temp_dir("ep_misfit"));
 }
 
+// optimizer_offload.dir: the same run with AdamW's moments in a file, bit for bit, and the
+// file gone afterwards (unlinked when mapped).
+TEST(Trainer, OptimizerOffloadTrainsBitIdentically) {
+  const std::string dir = temp_dir("offload_files");
+  if (!hp::testing::is_rank_process()) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  train_on(2, temp_dir("in_memory"), {"per_device_train_batch_size=4"});
+  train_on(2, temp_dir("offloaded"), {"per_device_train_batch_size=4", "optimizer_offload.dir=" + dir});
+  EXPECT_EQ(logged_losses(temp_dir("offloaded")), logged_losses(temp_dir("in_memory")));
+  EXPECT_EQ(logged(temp_dir("offloaded"), "grad_norm"), logged(temp_dir("in_memory"), "grad_norm"));
+  EXPECT_TRUE(fs::is_empty(dir));
+  for (const auto& d : {dir, temp_dir("in_memory"), temp_dir("offloaded")}) fs::remove_all(d);
+}
+
 TEST(Trainer, ContextParallelLayoutsThatDoNotFitAreUserErrors) {
   const std::vector<std::tuple<int, std::vector<std::string>, std::string>> misfits = {
       {3, {"accelerator.cp_size=2"}, "accelerator.tp_size 1 x cp_size 2 = 2 does not divide the world size 3"},

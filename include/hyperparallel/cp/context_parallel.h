@@ -54,6 +54,10 @@ at::Tensor zigzag_index(int64_t length, int64_t cp_size, int64_t rank);
 // This cp rank's input from a whole batch (input_ids required; labels, attention_mask and
 // position_ids optional as for CausalLM::forward). Rows are padded at the end (padding token
 // id 0, masked out, labels -100), so the loss over the shards is the loss over the batch.
+// Padding positions predict nothing: their next-token targets become -100. (The unsharded
+// model differs only for left padding, where its last pad predicts the first token from an
+// attention over padding alone: a query row with no visible key is uniform over the row
+// there, zero under ring attention, so it must not carry a loss.)
 models::CausalLMInput shard_sequence(const models::CausalLMInput& batch, int64_t cp_size, int64_t rank);
 
 }  // namespace hyperparallel::cp

@@ -9,20 +9,43 @@
 // agree to rounding. It is an AdamW (same options, param groups and AdamWParamState per
 // parameter), so checkpoints, schedules and code that takes a torch::optim::AdamW are
 // unchanged. Parameters it cannot fuse (not contiguous fp32, amsgrad, sparse gradients) take
-// the tensor-op path.
+// the tensor-op path. offload_state() keeps the moments in a file-backed mapping instead.
 #pragma once
 
 #include <torch/optim/adamw.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "hyperparallel/optim/state_file.h"
 
 namespace hyperparallel::optim {
 
 class FusedAdamW : public torch::optim::AdamW {
  public:
   using torch::optim::AdamW::AdamW;
+  ~FusedAdamW() override;
   at::Tensor step(LossClosure closure = nullptr) override;
+
+  // Optimizer-state offload: every AdamW moment moves into a file in `dir`
+  // (optim/state_file.h); each step reads a parameter's moments ahead before its update and
+  // releases them after, so resident optimizer state is about one parameter's. State set
+  // later (a checkpoint load) moves into the file at the next step. Same numbers, bit for bit.
+  void offload_state(const std::string& dir);
+  const OptimizerStateFile* state_file() const { return file_.get(); }
 
  protected:
   void step_groups(size_t count);  // AdamW on the first `count` param groups
+  // The groups AdamW steps (Muon keeps its last group to itself).
+  virtual size_t adamw_group_count() const { return param_groups().size(); }
+
+ private:
+  std::unique_ptr<OptimizerStateFile> file_;
+  std::map<std::string, size_t> file_slot_;  // parameter key -> its moments' first slot in file_
+
+  torch::optim::AdamWParamState& state_of(const at::Tensor& p);
+  void stream_in(const at::Tensor& p, torch::optim::AdamWParamState& s);
 };
 
 }  // namespace hyperparallel::optim

@@ -69,6 +69,9 @@ class Muon : public FusedAdamW {
 
   struct Layout;  // who holds which box of which matrix (src/optim/muon.cpp)
 
+ protected:
+  size_t adamw_group_count() const override { return muon_group(); }
+
  private:
   std::unique_ptr<Layout> layout_;
   MuonOptions options_;

@@ -163,6 +163,7 @@ struct TrainConfig {
   ActivationCheckpointConfig activation_checkpoint;
   ChunkedLossConfig chunked_loss;
   MuonConfig muon_config;
+  std::string optimizer_offload_dir;  // optimizer_offload.dir: AdamW moments in a file there ("" = in memory)
   // LlamaFactory / HF spellings of activation checkpointing: gradient_checkpointing: true
   // means activation_checkpoint.mode: full; disable_gradient_checkpointing: true means off.
   bool gradient_checkpointing = false, disable_gradient_checkpointing = false;
