@@ -1,6 +1,7 @@
 // Activation checkpointing of decoder layers. See models/activation_checkpoint.h.
 #include "hyperparallel/models/activation_checkpoint.h"
 
+#include "activation_swap.h"
 #include "attention.h"
 #include "decoder.h"
 #include "hyperparallel/models/causal_lm.h"
@@ -13,11 +14,17 @@ std::vector<int64_t> apply_activation_checkpointing(CausalLM& model, const Activ
     throw UserError("activation checkpointing mode '" + options.mode + "' is not one of off | full | selective");
   }
   if (options.every < 1) throw UserError("activation checkpointing every " + std::to_string(options.every) + " must be >= 1");
+  if (options.swap_inputs && options.mode != "full") {
+    throw UserError("activation swap moves the inputs full checkpointing keeps; with mode " + options.mode +
+                    " there are none: use mode full or turn swap_inputs off");
+  }
+  const auto pool = options.swap_inputs ? std::make_shared<ActivationSwapPool>() : nullptr;
   std::vector<int64_t> checkpointed;
   auto& layers = model.backbone().decoder_layers;
   for (size_t i = 0; i < layers.size(); ++i) {
     const bool on = options.mode != "off" && static_cast<int64_t>(i) % options.every == 0;
     layers[i]->recompute = on && options.mode == "full";
+    layers[i]->swap = layers[i]->recompute ? pool : nullptr;
     auto* attention = dynamic_cast<Attention*>(layers[i]->self_attn.get());
     if (on && options.mode == "selective" && !attention) {
       throw UserError("selective activation checkpointing recomputes the eager attention core; layer " + std::to_string(i) +
@@ -27,6 +34,13 @@ std::vector<int64_t> apply_activation_checkpointing(CausalLM& model, const Activ
     if (on) checkpointed.push_back(static_cast<int64_t>(i));
   }
   return checkpointed;
+}
+
+ActivationSwapTraffic activation_swap_traffic(CausalLM& model) {
+  for (const auto& layer : model.backbone().decoder_layers) {
+    if (layer->swap) return layer->swap->traffic();
+  }
+  return {};
 }
 
 }  // namespace hyperparallel::models

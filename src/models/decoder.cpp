@@ -3,6 +3,7 @@
 
 #include <limits>
 
+#include "activation_swap.h"
 #include "attention.h"
 #include "hyperparallel/fsdp/module_hooks.h"
 #include "hyperparallel/platform/user_error.h"
@@ -36,7 +37,7 @@ at::Tensor DecoderLayer::forward(const at::Tensor& hidden, const AttentionInputs
     const AttentionInputs shared = inputs;  // by value: the segment runs again in backward
     return run_with_recompute(
         x, [this, shared](const at::Tensor& in, std::vector<at::Tensor>* logits) { return body(in, shared, logits); },
-        router_logits);
+        router_logits, {}, swap);
   });
 }
 

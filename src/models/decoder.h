@@ -19,6 +19,8 @@
 
 namespace hyperparallel::models {
 
+class ActivationSwapPool;  // activation_swap.h
+
 class DecoderLayer : public torch::nn::Module, public ModuleSlots {
  public:
   DecoderLayer(const ModelConfig& config, int64_t index, ParamFactory& factory);
@@ -29,6 +31,7 @@ class DecoderLayer : public torch::nn::Module, public ModuleSlots {
   std::shared_ptr<AttentionModule> self_attn;
   std::shared_ptr<FeedForwardModule> mlp;
   bool recompute = false;  // activation checkpointing (models/activation_checkpoint.h)
+  std::shared_ptr<ActivationSwapPool> swap;  // with recompute: where the saved input waits (null: kept)
 
  private:
   at::Tensor body(const at::Tensor& x, const AttentionInputs& inputs, std::vector<at::Tensor>* router_logits);

@@ -7,6 +7,8 @@
 
 #include <utility>
 
+#include "activation_swap.h"
+
 namespace hyperparallel::models {
 namespace {
 
@@ -23,6 +25,12 @@ struct SegmentHolder : torch::CustomClassHolder {
   RecomputedSegment segment;
   at::Tensor rng_state;  // the CPU generator before the forward, replayed by the recompute
   size_t extras = 0;
+  std::shared_ptr<ActivationSwapPool> swap;  // the input waits there (slot), not in the saved tensors
+  int64_t slot = -1;
+  bool input_requires_grad = false;
+  ~SegmentHolder() override {
+    if (swap && slot >= 0) swap->discard(slot);  // a graph dropped without its backward
+  }
 };
 
 struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
@@ -38,7 +46,9 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
       out = holder->segment(input, &extra);
     }
     holder->extras = extra.size();
-    torch::autograd::variable_list saved{input};
+    holder->input_requires_grad = input.requires_grad();
+    if (holder->swap) holder->slot = holder->swap->stash(input);
+    torch::autograd::variable_list saved{holder->swap ? at::Tensor() : input};
     saved.insert(saved.end(), params.begin(), params.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["segment"] = at::IValue::make_capsule(holder);
@@ -50,8 +60,8 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
     auto holder = c10::static_intrusive_pointer_cast<SegmentHolder>(ctx->saved_data["segment"].toCapsule());
     const torch::autograd::variable_list saved_vars = ctx->get_saved_variables();
-    const at::Tensor& saved = saved_vars[0];
-    const at::Tensor input = saved.detach().requires_grad_(saved.requires_grad());
+    const at::Tensor saved = holder->swap ? holder->swap->fetch(std::exchange(holder->slot, -1)) : saved_vars[0];
+    const at::Tensor input = saved.detach().requires_grad_(holder->input_requires_grad);
     const torch::autograd::variable_list params(saved_vars.begin() + 1, saved_vars.end());
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     const at::Tensor rng_after = generator.get_state();
@@ -96,12 +106,13 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
 bool recomputing() { return recompute_depth > 0; }
 
 at::Tensor run_with_recompute(const at::Tensor& input, RecomputedSegment segment, std::vector<at::Tensor>* extra,
-                              const std::vector<at::Tensor>& params) {
+                              const std::vector<at::Tensor>& params, std::shared_ptr<ActivationSwapPool> swap) {
   // Without a gradient into the input the function's backward would never run, and the
   // segment's parameters would get none: run it plainly.
   if (!input.requires_grad() || !at::GradMode::is_enabled()) return segment(input, extra);
   auto holder = c10::make_intrusive<SegmentHolder>();
   holder->segment = std::move(segment);
+  holder->swap = std::move(swap);
   torch::autograd::variable_list outputs = RecomputeFunction::apply(input, at::TensorList(params), holder);
   if (extra) extra->insert(extra->end(), outputs.begin() + 1, outputs.end());
   return outputs.front();

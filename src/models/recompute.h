@@ -14,9 +14,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 namespace hyperparallel::models {
+
+class ActivationSwapPool;
 
 // The segment: input -> main output, appending any extra outputs to `extra`.
 using RecomputedSegment = std::function<at::Tensor(const at::Tensor& input, std::vector<at::Tensor>* extra)>;
@@ -29,8 +32,10 @@ using RecomputedSegment = std::function<at::Tensor(const at::Tensor& input, std:
 // head read by every chunk of a chunked loss and by the embedding — must instead be listed in
 // `params`: its gradient is computed for the segment and handed back to autograd, which sums
 // all uses and accumulates once (what fully_shard's gradient-ready hooks count on).
+// With `swap` the input waits in that pool between forward and backward instead of being
+// kept (activation_swap.h).
 at::Tensor run_with_recompute(const at::Tensor& input, RecomputedSegment segment, std::vector<at::Tensor>* extra,
-                              const std::vector<at::Tensor>& params = {});
+                              const std::vector<at::Tensor>& params = {}, std::shared_ptr<ActivationSwapPool> swap = nullptr);
 
 // True while this thread reruns a segment in backward (e.g. so that counters count a forward
 // once).

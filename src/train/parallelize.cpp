@@ -212,7 +212,12 @@ ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout,
     }
     ep::set_expert_capacity(model, c.moe_capacity_factor);
   }
-  models::apply_activation_checkpointing(model, {activation_checkpoint_mode(c), c.activation_checkpoint.every});
+  const std::string mode = activation_checkpoint_mode(c);
+  if (c.activation_checkpoint.swap_inputs && mode != "full") {
+    throw UserError("activation_checkpoint.swap_inputs moves the inputs full checkpointing keeps, and the mode is " + mode +
+                    "; set activation_checkpoint.mode: full (or gradient_checkpointing: true) or remove swap_inputs");
+  }
+  models::apply_activation_checkpointing(model, {mode, c.activation_checkpoint.every, c.activation_checkpoint.swap_inputs});
   model.set_loss_chunk_tokens(c.chunked_loss.enabled ? c.chunked_loss.chunk_size : 0);
   const fsdp::FullyShardOptions shard = shard_options(c, layout.dp_mesh, model);
   ParallelModel out;

@@ -15,6 +15,7 @@
 #include "hyperparallel/fsdp/clip_grad_norm.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/mesh/device_mesh.h"
+#include "hyperparallel/models/activation_checkpoint.h"
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/models/model_config.h"
 #include "hyperparallel/optim/fused_adamw.h"
@@ -315,7 +316,8 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     }
     if (const std::string ac = activation_checkpoint_mode(c); ac != "off") {
       const int64_t every = c.activation_checkpoint.every;
-      log << "activation checkpointing: " << ac << (every > 1 ? ", every " + std::to_string(every) + " layers" : "") << "\n";
+      log << "activation checkpointing: " << ac << (every > 1 ? ", every " + std::to_string(every) + " layers" : "")
+          << (c.activation_checkpoint.swap_inputs ? ", kept inputs swapped to a host pool" : "") << "\n";
     }
     if (c.chunked_loss.enabled) log << "chunked loss: " << c.chunked_loss.chunk_size << " tokens per chunk\n";
     if (const auto* file = optimizer->state_file()) {
@@ -505,6 +507,11 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
         {"flops_per_token", flops_per_token},
         {"roofline_gflops", roofline_gflops},
         {"mfu", flops_per_token * static_cast<double>(total_tokens) / train_seconds / (roofline_gflops * 1e9)}};
+    if (c.activation_checkpoint.swap_inputs) {
+      const models::ActivationSwapTraffic swapped = models::activation_swap_traffic(*model);
+      summary["activation_swap_rank0"] = {{"bytes_out", swapped.bytes_out}, {"bytes_in", swapped.bytes_in},
+                                          {"stashed", swapped.stashed}, {"prefetched", swapped.prefetched}};
+    }
     if (result.heldout_accuracy_before) summary["heldout_accuracy_before"] = *result.heldout_accuracy_before;
     if (result.heldout_accuracy_after) summary["heldout_accuracy_after"] = *result.heldout_accuracy_after;
     write_json_file(c.output_dir + "/train_summary.json", summary);

@@ -3,7 +3,8 @@
 // counted), every k-th layer, and on real processes under FSDP and expert parallelism (a
 // nested FSDP unit recomputed during backward), where SGD training must match the plain
 // model. Chunked loss: the loss and every gradient at several chunk sizes, with padding,
-// tied heads and checkpointing.
+// tied heads and checkpointing. Activation swap: the same numbers, every kept input out to the
+// pool and back, each but the last layer's brought back ahead.
 #include <gtest/gtest.h>
 #include <torch/optim/sgd.h>
 
@@ -195,6 +196,41 @@ TEST(Memory, ChunkedLossTrainsLikeThePlainModelUnderFsdp) {
       for (size_t s = 0; s < ref.size(); ++s) EXPECT_NEAR(got[s], ref[s], 1e-5 * ref[s]) << "step " << s;
     }
   });
+}
+
+TEST(Memory, ActivationSwapKeepsTheNumbersAndCountsItsTraffic) {
+  for (const std::string flavour : {"qwen3-debug", "qwen3-moe-debug"}) {
+    SCOPED_TRACE(flavour);
+    auto kept = make(flavour), swapped = make(flavour);
+    models::apply_activation_checkpointing(*kept, {"full", 1});
+    models::apply_activation_checkpointing(*swapped, {"full", 1, true});
+    const models::CausalLMInput in = batch(kept->config(), 7);
+    for (int pass = 1; pass <= 2; ++pass) {  // the pool is empty again after each backward
+      auto a = kept->forward(in), b = swapped->forward(in);
+      EXPECT_EQ(a.loss.item<double>(), b.loss.item<double>());
+      a.loss.backward();
+      b.loss.backward();
+      auto grads = swapped->named_parameters();
+      for (const auto& item : kept->named_parameters()) EXPECT_TRUE(item.value().grad().equal(grads[item.key()].grad())) << item.key();
+      const models::ActivationSwapTraffic t = models::activation_swap_traffic(*swapped);
+      const int64_t layers = kept->config().num_hidden_layers;
+      const int64_t input_bytes = in.input_ids.numel() * kept->config().hidden_size * 4;
+      EXPECT_EQ(t.stashed, pass * layers);
+      EXPECT_EQ(t.bytes_out, pass * layers * input_bytes);
+      EXPECT_EQ(t.bytes_in, t.bytes_out);
+      EXPECT_EQ(t.prefetched, pass * (layers - 1));  // the last layer's input is fetched on demand
+    }
+  }
+  EXPECT_EQ(models::activation_swap_traffic(*make("qwen3-debug")).stashed, 0);
+  EXPECT_THROW(models::apply_activation_checkpointing(*make("qwen3-debug"), {"selective", 1, true}), UserError);
+  // A forward whose graph is dropped without backward leaves nothing in the pool.
+  auto model = make("qwen3-debug");
+  models::apply_activation_checkpointing(*model, {"full", 1, true});
+  model->forward(batch(model->config(), 8));
+  auto out = model->forward(batch(model->config(), 9));
+  out.loss.backward();
+  EXPECT_EQ(models::activation_swap_traffic(*model).stashed, 8);
+  EXPECT_EQ(models::activation_swap_traffic(*model).bytes_in, models::activation_swap_traffic(*model).bytes_out / 2);
 }
 
 }  // namespace

@@ -134,6 +134,7 @@ TEST(TrainConfig, BadConfigsFailWithExitCode2NamingTheKey) {
       {"accelerator:\n  pp_size: 2\n", "accelerator.pp_size: 2 is not supported yet"},
       {"muon_config:\n  momentum: 0.9\n", "muon_config applies with optim: muon (optim is adamw_torch)"},
       {"optimizer_offload:\n  dir: /nonexistent/offload\n", "optimizer_offload.dir: cannot create a file in /nonexistent/offload"},
+      {"activation_checkpoint:\n  swap_inputs: true\n", "activation_checkpoint.swap_inputs moves the inputs full checkpointing keeps, and the mode is off"},
       {"optim: muon\nmuon_config:\n  adjust_lr: rms\n", "muon_config.adjust_lr: 'rms' is not allowed; expected match_rms_adamw | original"},
       {"accelerator:\n  cp_size: 2\n", "accelerator.tp_size 1 x cp_size 2 = 2 does not divide the world size 1"},
       {"accelerator:\n  sequence_parallel: true\n", "accelerator.sequence_parallel needs tp_size > 1"},

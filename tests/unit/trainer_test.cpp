@@ -269,7 +269,10 @@ TEST(Trainer, ActivationCheckpointingTrainsAsThePlainModel) {
       {"ac_fsdp2_every2", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=full", "activation_checkpoint.every=2"}, false},
       {"ac_fsdp2_selective", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=selective"}, false},
       {"ac_fsdp2_tp2_sp", 4, {"per_device_train_batch_size=4", "gradient_checkpointing=true", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}, false},
-      {"ac_moe_ep2", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=full", "accelerator.ep_size=2"}, true}};
+      {"ac_moe_ep2", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=full", "accelerator.ep_size=2"}, true},
+      {"ac_fsdp2_swap", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=full", "activation_checkpoint.swap_inputs=true"}, false},
+      {"ac_moe_ep2_swap", 2, {"per_device_train_batch_size=4", "gradient_checkpointing=true", "activation_checkpoint.swap_inputs=true",
+                              "accelerator.ep_size=2"}, true}};
   for (const auto& [name, ranks, layout, is_moe] : layouts) {
     std::vector<std::string> extra = layout;
     if (is_moe) extra.insert(extra.end(), moe.begin(), moe.end());
@@ -290,6 +293,11 @@ TEST(Trainer, ActivationCheckpointingTrainsAsThePlainModel) {
     const auto& ref = refs.at(is_moe);
     ASSERT_EQ(losses.size(), 10u);
     for (size_t s = 0; s < losses.size(); ++s) EXPECT_NEAR(losses[s], ref.losses[s], 1e-5 * ref.losses[s]) << "step " << s + 1;
+    if (name.find("swap") != std::string::npos) {  // every kept input went out and came back
+      const auto swapped = nlohmann::json::parse(std::ifstream(temp_dir(name) + "/train_summary.json")).at("activation_swap_rank0");
+      EXPECT_GT(swapped.at("bytes_out").get<int64_t>(), 0);
+      EXPECT_EQ(swapped.at("bytes_in"), swapped.at("bytes_out"));
+    }
     fs::remove_all(temp_dir(name));
   }
   std::vector<std::string> contradiction = base_overrides(temp_dir("ac_contradiction"));
@@ -326,6 +334,11 @@ TEST(Trainer, ChunkedLossTrainsAsThePlainModel) {
     const auto losses = logged_losses(temp_dir(name));
     ASSERT_EQ(losses.size(), 10u);
     for (size_t s = 0; s < losses.size(); ++s) EXPECT_NEAR(losses[s], ref.losses[s], 1e-5 * ref.losses[s]) << "step " << s + 1;
+    if (name.find("swap") != std::string::npos) {  // every kept input went out and came back
+      const auto swapped = nlohmann::json::parse(std::ifstream(temp_dir(name) + "/train_summary.json")).at("activation_swap_rank0");
+      EXPECT_GT(swapped.at("bytes_out").get<int64_t>(), 0);
+      EXPECT_EQ(swapped.at("bytes_in"), swapped.at("bytes_out"));
+    }
     fs::remove_all(temp_dir(name));
   }
 }

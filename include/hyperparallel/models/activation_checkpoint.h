@@ -30,10 +30,21 @@ class CausalLM;
 struct ActivationCheckpointOptions {
   std::string mode = "full";  // off | full | selective
   int64_t every = 1;          // layers 0, every, 2·every, ...
+  // full only: each checkpointed layer's saved input moves to a host pool after its forward
+  // and comes back one layer ahead in backward (src/models/activation_swap.h). On this CPU
+  // build host and device are one memory: the path is exercised and its traffic counted.
+  bool swap_inputs = false;
 };
 
 // Returns the indices of the checkpointed layers (none with mode off). UserError for an
-// unknown mode or every < 1.
+// unknown mode, every < 1, or swap_inputs without mode full.
 std::vector<int64_t> apply_activation_checkpointing(CausalLM& model, const ActivationCheckpointOptions& options);
+
+// What activation swap moved so far (zeros without swap_inputs).
+struct ActivationSwapTraffic {
+  int64_t bytes_out = 0, bytes_in = 0;  // to the pool, back from it
+  int64_t stashed = 0, prefetched = 0;  // inputs stashed; fetches served by a copy brought back ahead
+};
+ActivationSwapTraffic activation_swap_traffic(CausalLM& model);
 
 }  // namespace hyperparallel::models

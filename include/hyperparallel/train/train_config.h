@@ -59,6 +59,7 @@ struct AcceleratorConfig {
 struct ActivationCheckpointConfig {
   std::string mode = "off";  // off | full | selective
   int64_t every = 1;         // decoder layers 0, every, 2·every, ... are checkpointed
+  bool swap_inputs = false;  // full: the kept inputs wait in a host pool (models/activation_checkpoint.h)
 };
 
 // Chunked loss (CausalLM::set_loss_chunk_tokens).
