@@ -6,6 +6,9 @@
 //   selective    every layer's attention core (scores, softmax) recomputed
 //   chunked      the loss on 512-token chunks (no whole [tokens x vocab] logits)
 //   ac_chunked   ac_full and chunked
+//   fused        plain with FusedAdamW (the baseline of offload)
+//   offload      plain with FusedAdamW's moments in a file (MEMORY_BENCH_OFFLOAD_DIR, default the
+//                working directory): `resident` then leaves the moments out
 // Usage: memory_bench MODE STEPS [cached]. `cached` installs the caching host allocator the
 // trainer uses (for step times: without it every step faults its activations in afresh; the
 // memory columns then count the cache too). Prints one line:
@@ -28,6 +31,7 @@
 #include "bench_qwen3.h"
 #include "hyperparallel/models/activation_checkpoint.h"
 #include "hyperparallel/models/auto_model.h"
+#include "hyperparallel/optim/fused_adamw.h"
 #include "hyperparallel/platform/host_allocator.h"
 
 namespace hp = hyperparallel;
@@ -51,7 +55,16 @@ int main(int argc, char** argv) {
   if (mode == "ac_every2") hp::models::apply_activation_checkpointing(*model, {"full", 2});
   if (mode == "selective") hp::models::apply_activation_checkpointing(*model, {"selective", 1});
   if (mode == "chunked" || mode == "ac_chunked") model->set_loss_chunk_tokens(512);
-  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  if (mode == "fused" || mode == "offload") {
+    auto fused = std::make_unique<hp::optim::FusedAdamW>(model->parameters(), torch::optim::AdamWOptions(1e-4));
+    const char* dir = std::getenv("MEMORY_BENCH_OFFLOAD_DIR");
+    if (mode == "offload") fused->offload_state(dir ? dir : ".");
+    optimizer = std::move(fused);
+  } else {
+    optimizer = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-4));
+  }
+  torch::optim::AdamW& opt = *optimizer;
   const auto step = [&](int s) {
     auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(100 + s));
     hp::models::CausalLMInput in;

@@ -121,7 +121,7 @@ torch::optim::AdamWParamState& FusedAdamW::state_of(const at::Tensor& p) {
 void FusedAdamW::offload_state(const std::string& dir) {
   std::vector<at::Tensor> params;
   std::vector<int64_t> numels;
-  for (size_t g = 0; g < adamw_group_count(); ++g) {
+  for (size_t g = 0; g < param_groups().size(); ++g) {
     for (const auto& p : param_groups()[g].params()) {
       file_slot_[c10::guts::to_string(p.unsafeGetTensorImpl())] = numels.size();
       numels.push_back(p.numel());
@@ -162,6 +162,13 @@ void FusedAdamW::stream_in(const at::Tensor& p, torch::optim::AdamWParamState& s
   }
 }
 
+void FusedAdamW::release_state(const at::Tensor& p) {
+  if (!file_) return;
+  const size_t slot = file_slot_.at(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  file_->release(slot);
+  file_->release(slot + 1);
+}
+
 void FusedAdamW::step_groups(size_t count) {
   at::NoGradGuard no_grad;
   for (size_t g = 0; g < count; ++g) {
@@ -188,11 +195,7 @@ void FusedAdamW::step_groups(size_t count) {
       } else {
         unfused_update(p, grad, s, options);
       }
-      if (file_) {
-        const size_t slot = file_slot_.at(c10::guts::to_string(p.unsafeGetTensorImpl()));
-        file_->release(slot);
-        file_->release(slot + 1);
-      }
+      release_state(p);
     }
   }
 }

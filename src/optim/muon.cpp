@@ -256,7 +256,8 @@ at::Tensor Muon::step(LossClosure closure) {
       found = state().emplace(key, std::move(fresh)).first;
     }
     auto& s = static_cast<torch::optim::AdamWParamState&>(*found->second);
-    if (s.exp_avg_sq().numel() > 1 && s.exp_avg_sq().stride(0) != 0) {  // materialised by a checkpoint load
+    if (state_file()) stream_in(p, s);
+    if (s.exp_avg_sq().numel() > 1 && s.exp_avg_sq().stride(0) != 0) {  // materialised (a checkpoint load, the offload file)
       s.exp_avg_sq(at::zeros({1}, at::kFloat).expand(p.sizes()));
     }
     s.step(s.step() + 1);
@@ -264,6 +265,7 @@ at::Tensor Muon::step(LossClosure closure) {
     at::Tensor buffer = s.exp_avg();
     buffer.lerp_(grad, 1 - momentum);
     updates[i] = options_.nesterov ? grad.lerp(buffer, momentum) : buffer.clone();
+    release_state(p);
   }
   const std::vector<at::Tensor> directions = orthogonalised(updates);
   for (size_t i = 0; i < l.names.size(); ++i) {

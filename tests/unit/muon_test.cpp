@@ -72,6 +72,39 @@ TEST(Optimizers, OneMuonStepIsTheFormula) {
   EXPECT_LT(toy.bias[0].item<double>(), 0);  // AdamW moved the bias against its gradient
 }
 
+// offload_state streams Muon's buffers and the AdamW moments through the file: bit-identical.
+TEST(Optimizers, MuonWithOffloadedStateIsBitIdentical) {
+  std::vector<std::map<std::string, at::Tensor>> results;
+  for (bool offload : {false, true}) {
+    models::ModelLoadOptions load;
+    load.seed = 4;
+    auto model = models::AutoModelForCausalLM::from_pretrained("qwen3-debug", load);
+    std::vector<at::Tensor> others;
+    for (const auto& item : model->named_parameters()) {
+      if (!optim::takes_muon(item.key(), item.value().sizes().vec())) others.push_back(item.value());
+    }
+    std::vector<torch::optim::OptimizerParamGroup> adamw;
+    adamw.emplace_back(others, std::make_unique<torch::optim::AdamWOptions>(1e-3));
+    optim::Muon opt(std::move(adamw), torch::optim::AdamWOptions(1e-3), *model, {}, nullptr);
+    if (offload) opt.offload_state(::testing::TempDir());
+    for (int step = 0; step < 4; ++step) {
+      models::CausalLMInput in;
+      in.input_ids = at::randint(64, {2, 12}, at::detail::createCPUGenerator(60 + step), at::kLong);
+      in.labels = in.input_ids;
+      opt.zero_grad();
+      model->forward(in).loss.backward();
+      opt.step();
+    }
+    if (offload) {
+      EXPECT_GT(opt.state_file()->released_bytes(), 0u);
+    }
+    std::map<std::string, at::Tensor> params;
+    for (const auto& item : model->named_parameters()) params[item.key()] = item.value().detach().clone();
+    results.push_back(params);
+  }
+  for (const auto& [name, p] : results[0]) EXPECT_TRUE(p.equal(results[1].at(name))) << name;
+}
+
 TEST(Optimizers, MuonTakesMatricesButNotEmbeddingsOrTheHead) {
   EXPECT_TRUE(optim::takes_muon("model.layers.0.self_attn.q_proj.weight", {64, 128}));
   EXPECT_TRUE(optim::takes_muon("model.layers.0.mlp.experts.3.down_proj.weight", {128, 64}));

@@ -37,15 +37,16 @@ class FusedAdamW : public torch::optim::AdamW {
 
  protected:
   void step_groups(size_t count);  // AdamW on the first `count` param groups
-  // The groups AdamW steps (Muon keeps its last group to itself).
-  virtual size_t adamw_group_count() const { return param_groups().size(); }
+  // With offload_state: `p`'s moments in the file and asked for (moments set from outside are
+  // copied in), and released after its update.
+  void stream_in(const at::Tensor& p, torch::optim::AdamWParamState& s);
+  void release_state(const at::Tensor& p);
 
  private:
   std::unique_ptr<OptimizerStateFile> file_;
   std::map<std::string, size_t> file_slot_;  // parameter key -> its moments' first slot in file_
 
   torch::optim::AdamWParamState& state_of(const at::Tensor& p);
-  void stream_in(const at::Tensor& p, torch::optim::AdamWParamState& s);
 };
 
 }  // namespace hyperparallel::optim

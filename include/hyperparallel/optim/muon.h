@@ -22,7 +22,8 @@
 // It is a torch::optim::AdamW (FusedAdamW for the AdamW groups): the Muon matrices form the
 // last param group, whose lr and weight_decay are Muon's, and each matrix's momentum buffer
 // is its AdamWParamState::exp_avg (exp_avg_sq stays an unused zero), so schedules that scale
-// each group's lr and checkpoints of AdamW state work unchanged.
+// each group's lr, checkpoints of AdamW state and offload_state() (the buffers streamed
+// through the file like AdamW's moments) work unchanged.
 #pragma once
 
 #include <memory>
@@ -68,9 +69,6 @@ class Muon : public FusedAdamW {
   size_t matrix_count() const;  // matrices of the whole model (held here or not)
 
   struct Layout;  // who holds which box of which matrix (src/optim/muon.cpp)
-
- protected:
-  size_t adamw_group_count() const override { return muon_group(); }
 
  private:
   std::unique_ptr<Layout> layout_;
