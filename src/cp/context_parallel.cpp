@@ -108,11 +108,16 @@ class ContextParallelAttention : public models::AttentionCore {
   }
 
  private:
-  void check_shard(const models::SequenceShard& shard, const at::Tensor& q, const at::Tensor& k) const {
+  // Every layer (and recompute) of a forward passes the same shard: its layout is checked once.
+  void check_shard(const models::SequenceShard& shard, const at::Tensor& q, const at::Tensor& k) {
     const int64_t n = cp_->size();
-    if (shard.full_length % (2 * n) != 0 || !zigzag_index(shard.full_length, n, cp_->rank()).equal(shard.index)) {
+    if (checked_index_.is_same(shard.index)) {
+      // checked already
+    } else if (shard.full_length % (2 * n) != 0 || !zigzag_index(shard.full_length, n, cp_->rank()).equal(shard.index)) {
       throw UserError("context parallelism: the sequence shard is not cp rank " + std::to_string(cp_->rank()) + "'s zigzag share of " +
                       std::to_string(n) + " ranks; make inputs with cp::shard_sequence");
+    } else {
+      checked_index_ = shard.index;
     }
     if (q.size(1) % degree_ != 0 || k.size(1) % degree_ != 0) {
       throw UserError("context parallelism: Ulysses degree " + std::to_string(degree_) + " does not divide this rank's " +
@@ -122,6 +127,7 @@ class ContextParallelAttention : public models::AttentionCore {
   }
 
   std::shared_ptr<comm::Communicator> cp_, ulysses_, outer_;
+  at::Tensor checked_index_;  // the last shard index found to be this rank's zigzag share
   bool ring_;
   int64_t degree_;
 };
