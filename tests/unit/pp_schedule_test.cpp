@@ -1,0 +1,93 @@
+// Pipeline schedules as action lists: each schedule complete and runnable at pp 2 and 4 with
+// several micro-batch counts, 1F1B's memory bound, the bubble of GPipe and 1F1B against
+// (p-1)/(m+p-1), interleaving and ZB-H1 below it, the printed form, and the errors.
+#include <gtest/gtest.h>
+
+#include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/pp/schedule.h"
+
+namespace hyperparallel {
+namespace {
+
+TEST(PipelineSchedules, EveryScheduleIsCompleteAndRuns) {
+  for (int64_t p : {2, 4}) {
+    for (int64_t m : {p, 2 * p, 3 * p}) {
+      for (const std::string name : {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"}) {
+        SCOPED_TRACE(name + " p " + std::to_string(p) + " m " + std::to_string(m));
+        const pp::PipelineSchedule s = pp::make_schedule(name, p, m, name == "interleaved_1f1b" ? 2 : 1);
+        EXPECT_NO_THROW(pp::check_schedule(s)) << s.to_string();
+      }
+    }
+  }
+  EXPECT_NO_THROW(pp::check_schedule(pp::make_schedule("1f1b", 4, 2)));  // fewer micro-batches than stages
+}
+
+TEST(PipelineSchedules, GpipeAnd1f1bHaveTheTheoreticalBubbleAnd1f1bHoldsFewerMicrobatches) {
+  for (int64_t p : {2, 4}) {
+    for (int64_t m : {p, 2 * p, 4 * p}) {
+      const auto gpipe = pp::simulate(pp::make_schedule("gpipe", p, m));
+      const auto ofob = pp::simulate(pp::make_schedule("1f1b", p, m));
+      EXPECT_NEAR(gpipe.bubble, pp::one_f_one_b_bubble(p, m), 1e-12);
+      EXPECT_NEAR(ofob.bubble, pp::one_f_one_b_bubble(p, m), 1e-12);
+      for (int64_t r = 0; r < p; ++r) {
+        EXPECT_EQ(gpipe.peak_in_flight[r], m);
+        EXPECT_EQ(ofob.peak_in_flight[r], std::min(p - r, m));  // at most p micro-batches anywhere
+      }
+    }
+  }
+}
+
+// Interleaving with v chunks per rank (each chunk 1/v of a rank's work) and ZB-H1 (B split into
+// equal input and weight halves) both leave less idle than 1F1B at the same p and m.
+TEST(PipelineSchedules, InterleavingAndZeroBubbleShrinkTheBubble) {
+  for (int64_t p : {2, 4}) {
+    for (int64_t m : {p, 2 * p, 4 * p}) {
+      const double ofob = pp::one_f_one_b_bubble(p, m);
+      pp::ActionCosts chunk;
+      chunk.forward = 0.5;
+      chunk.backward = 1.0;
+      const auto interleaved = pp::simulate(pp::make_schedule("interleaved_1f1b", p, m, 2), chunk);
+      const auto zero_bubble = pp::simulate(pp::make_schedule("zero_bubble", p, m));
+      std::printf("p %lld m %lld: 1f1b %.3f, interleaved (v 2) %.3f, zb-h1 %.3f\n", static_cast<long long>(p),
+                  static_cast<long long>(m), ofob, interleaved.bubble, zero_bubble.bubble);
+      EXPECT_LT(interleaved.bubble, ofob);
+      EXPECT_LT(zero_bubble.bubble, ofob);
+      // Theory: interleaving (p-1)/(v·m + p-1) (Megatron); ZB-H1 one slot of idle per stage
+      // boundary instead of three: (p-1)/(3m + p-1).
+      EXPECT_NEAR(interleaved.bubble, static_cast<double>(p - 1) / static_cast<double>(2 * m + p - 1), 1e-12);
+      EXPECT_NEAR(zero_bubble.bubble, static_cast<double>(p - 1) / static_cast<double>(3 * m + p - 1), 1e-12);
+      for (int64_t r = 0; r < p; ++r) EXPECT_LE(zero_bubble.peak_in_flight[r], p - r);  // 1F1B's memory
+    }
+  }
+}
+
+TEST(PipelineSchedules, ActionListsPrintAsTheyRun) {
+  EXPECT_EQ(pp::make_schedule("1f1b", 2, 3).to_string(), "rank 0: F0 F1 B0 F2 B1 B2\nrank 1: F0 B0 F1 B1 F2 B2\n");
+  EXPECT_EQ(pp::make_schedule("gpipe", 2, 2).to_string(), "rank 0: F0 F1 B0 B1\nrank 1: F0 F1 B0 B1\n");
+  const std::string zb = pp::make_schedule("zero_bubble", 2, 2).to_string();
+  EXPECT_NE(zb.find("I0"), std::string::npos);
+  EXPECT_NE(zb.find("W0"), std::string::npos);
+  EXPECT_NE(pp::make_schedule("interleaved_1f1b", 2, 2, 2).to_string().find("F0.2"), std::string::npos);  // chunk 2 on rank 0
+}
+
+TEST(PipelineSchedules, ImpossibleSchedulesAreUserErrors) {
+  const auto message = [](const std::string& name, int64_t p, int64_t m, int64_t v) {
+    try {
+      pp::make_schedule(name, p, m, v);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message("1f2b", 2, 4, 1).find("not one of: gpipe, 1f1b, interleaved_1f1b, zero_bubble"), std::string::npos);
+  EXPECT_NE(message("interleaved_1f1b", 4, 6, 2).find("pp_microbatches (6) to be a multiple of pp_size (4)"), std::string::npos);
+  EXPECT_NE(message("1f1b", 2, 4, 2).find("needs pp_schedule: interleaved_1f1b"), std::string::npos);
+  EXPECT_NE(message("gpipe", 0, 4, 1).find("must be >= 1"), std::string::npos);
+  // A hand-made list that waits on itself is found, not run.
+  pp::PipelineSchedule bad = pp::make_schedule("1f1b", 2, 2);
+  std::swap(bad.per_rank[1][0], bad.per_rank[1][1]);  // rank 1: B0 before F0
+  EXPECT_THROW(pp::check_schedule(bad), std::logic_error);
+}
+
+}  // namespace
+}  // namespace hyperparallel
