@@ -10,6 +10,7 @@
 #include "hyperparallel/models/causal_lm.h"
 #include "hyperparallel/optim/muon.h"
 #include "hyperparallel/train/lr_schedule.h"
+#include "train/optimizer_setup.h"
 #include "train/train_data.h"
 #include "train/train_step.h"
 
@@ -36,14 +37,7 @@ std::unique_ptr<torch::optim::AdamW> plain_optimizer(const train::TrainConfig& c
   groups.emplace_back(decay, options(c.weight_decay));
   if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
   if (muon) {
-    optim::MuonOptions o;
-    o.lr = c.muon_config.lr.value_or(c.learning_rate);
-    o.weight_decay = c.muon_config.weight_decay.value_or(c.weight_decay);
-    o.momentum = c.muon_config.momentum;
-    o.nesterov = c.muon_config.nesterov;
-    o.ns_steps = c.muon_config.ns_steps;
-    o.adjust_lr = c.muon_config.adjust_lr;
-    return std::make_unique<optim::Muon>(groups, *options(c.weight_decay), model, o, nullptr);
+    return std::make_unique<optim::Muon>(groups, *options(c.weight_decay), model, train::muon_options(c), nullptr);
   }
   return std::make_unique<torch::optim::AdamW>(groups, *options(c.weight_decay));
 }

@@ -18,6 +18,7 @@
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/tp/model_plans.h"
 #include "support/multiprocess.h"
+#include "support/parity_run.h"
 
 namespace hyperparallel {
 namespace {
@@ -29,11 +30,6 @@ struct Layout {
   std::string algorithm = "ring";
   int64_t ulysses_degree = 0;
   int dp() const { return world / (cp * tp); }
-};
-
-struct Run {
-  std::vector<double> losses, grad_norms;
-  std::map<std::string, at::Tensor> params;
 };
 
 // A debug Qwen3 with enough heads for Ulysses at 4 (8 heads, 4 kv heads: grouped).
@@ -112,12 +108,12 @@ Parallel parallelize(models::CausalLM& model, const testing::RankContext& ctx, c
 }
 
 // kSteps of SGD on a global batch of dp x kRowsPerGroup rows; ctx null: the plain model.
-Run train(const testing::RankContext* ctx, const Layout& l) {
+testing::ParityRun train(const testing::RankContext* ctx, const Layout& l) {
   auto model = make_model();
   Parallel where;
   if (ctx) where = parallelize(*model, *ctx, l);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-  Run run;
+  testing::ParityRun run;
   for (int s = 0; s < kSteps; ++s) {
     const models::CausalLMInput batch = global_batch(l.dp() * kRowsPerGroup, s);
     const double count = static_cast<double>(label_tokens(batch));
@@ -126,42 +122,19 @@ Run train(const testing::RankContext* ctx, const Layout& l) {
     if (ctx) in = cp::shard_sequence(rows_of(batch, where.dp_rank * kRowsPerGroup, kRowsPerGroup), l.cp, where.cp_rank);
     const auto out = model->forward(in);
     (out.lm_loss_sum / count).backward();
-    at::Tensor loss = out.lm_loss_sum.detach().reshape({1}).to(at::kDouble) / count;
-    if (ctx) {
-      run.grad_norms.push_back(fsdp::clip_grad_norm_(*model, 0, *ctx->world));
-      ctx->world->all_reduce(loss).wait();
-      loss /= static_cast<double>(l.tp);
-    } else {
-      at::Tensor sq = at::zeros({}, at::kDouble);
-      for (const auto& p : model->parameters()) sq += p.grad().to(at::kDouble).pow(2).sum();
-      run.grad_norms.push_back(std::sqrt(sq.item<double>()));
-    }
+    testing::record_step(run, ctx, *model, out.lm_loss_sum / count, static_cast<double>(l.tp));
     opt.step();
-    run.losses.push_back(loss.item<double>());
   }
-  if (ctx) {
-    run.params = fsdp::full_state_dict(*model);
-  } else {
-    for (const auto& item : model->named_parameters()) run.params[item.key()] = item.value().detach().clone();
-  }
+  testing::record_parameters(run, ctx, *model);
   return run;
 }
 
 void expect_matches_one_process(testing::RankContext& ctx, const Layout& l) {
   SCOPED_TRACE(l.algorithm + " cp " + std::to_string(l.cp) + " tp " + std::to_string(l.tp) + " dp " + std::to_string(l.dp()) +
                " ulysses " + std::to_string(l.ulysses_degree));
-  const Run ref = train(nullptr, l);
-  const Run got = train(&ctx, l);
-  for (size_t s = 0; s < ref.losses.size(); ++s) {
-    EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * std::abs(ref.losses[s])) << "step " << s;
-    EXPECT_NEAR(got.grad_norms[s], ref.grad_norms[s], 1e-5 * ref.grad_norms[s]) << "step " << s;
-  }
+  const testing::ParityRun ref = train(nullptr, l), got = train(&ctx, l);
   EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.05);  // the runs learn something
-  ASSERT_EQ(got.params.size(), ref.params.size());
-  for (const auto& [name, p] : ref.params) {
-    const double scale = std::max(1e-12, p.abs().max().item<double>());
-    EXPECT_LE((got.params.at(name) - p).abs().max().item<double>(), 1e-5 * scale) << name;
-  }
+  testing::expect_same_training(ref, got, 1e-5);
 }
 
 TEST(ContextParallel, EveryAlgorithmTrainsAsOneProcessAtCp4) {

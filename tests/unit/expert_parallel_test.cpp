@@ -18,6 +18,7 @@
 #include "hyperparallel/models/plan_overrides.h"
 #include "hyperparallel/platform/user_error.h"
 #include "support/multiprocess.h"
+#include "support/parity_run.h"
 
 namespace hyperparallel {
 namespace {
@@ -30,11 +31,6 @@ struct Layout {
   int world = 1, ep = 1, token_groups = 1;
   bool forced_routing = false;
   double capacity = 0;  // ep::set_expert_capacity; 0 dropless
-};
-
-struct Run {
-  std::vector<double> losses, grad_norms;
-  std::map<std::string, at::Tensor> params;
 };
 
 std::shared_ptr<models::CausalLM> make_model(const Layout& layout) {
@@ -73,7 +69,7 @@ void parallelize(models::CausalLM& model, const testing::RankContext& ctx, const
 // kSteps of SGD on a global batch of (world / token_groups) micro-batches; rank 0's rows
 // repeat one token, so its routing differs from the others'. ctx null: the plain model on
 // the whole batch.
-Run train(const testing::RankContext* ctx, const Layout& layout) {
+testing::ParityRun train(const testing::RankContext* ctx, const Layout& layout) {
   auto model = make_model(layout);
   if (ctx) parallelize(*model, *ctx, layout);
   std::vector<at::Tensor> trained;
@@ -84,7 +80,7 @@ Run train(const testing::RankContext* ctx, const Layout& layout) {
   const int64_t groups = layout.world / layout.token_groups;
   const int64_t group = ctx ? ctx->rank / layout.token_groups : 0;
   const double label_tokens = static_cast<double>(groups * kRowsPerGroup * (kSeq - 1));
-  Run run;
+  testing::ParityRun run;
   for (int s = 0; s < kSteps; ++s) {
     auto gen = at::detail::createCPUGenerator(300 + s);
     at::Tensor ids = at::randint(model->config().vocab_size, {groups * kRowsPerGroup, kSeq}, gen, at::kLong);
@@ -103,25 +99,10 @@ Run train(const testing::RankContext* ctx, const Layout& layout) {
       (out.lm_loss_sum / label_tokens).backward();
       loss += out.lm_loss_sum.detach().reshape({1}).to(at::kDouble) / label_tokens;
     }
-    if (ctx) {
-      run.grad_norms.push_back(fsdp::clip_grad_norm_(*model, 0, *ctx->world));
-      ctx->world->all_reduce(loss).wait();
-      loss /= static_cast<double>(layout.token_groups);
-    } else {
-      at::Tensor sq = at::zeros({}, at::kDouble);
-      for (const auto& p : model->parameters()) {
-        if (p.grad().defined()) sq += p.grad().to(at::kDouble).pow(2).sum();
-      }
-      run.grad_norms.push_back(std::sqrt(sq.item<double>()));
-    }
+    testing::record_step(run, ctx, *model, loss, static_cast<double>(layout.token_groups));
     opt.step();
-    run.losses.push_back(loss.item<double>());
   }
-  if (ctx) {
-    run.params = fsdp::full_state_dict(*model);
-  } else {
-    for (const auto& item : model->named_parameters()) run.params[item.key()] = item.value().detach().clone();
-  }
+  testing::record_parameters(run, ctx, *model);
   return run;
 }
 
@@ -129,17 +110,8 @@ void expect_matches_one_process(testing::RankContext& ctx, const Layout& layout)
   SCOPED_TRACE("world " + std::to_string(layout.world) + " ep " + std::to_string(layout.ep) + " token groups " +
                std::to_string(layout.token_groups) + (layout.forced_routing ? " forced routing" : "") + " capacity " +
                std::to_string(layout.capacity));
-  const Run ref = train(nullptr, layout);
-  const Run got = train(&ctx, layout);
-  for (size_t s = 0; s < ref.losses.size(); ++s) {
-    EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * std::abs(ref.losses[s])) << "step " << s;
-    EXPECT_NEAR(got.grad_norms[s], ref.grad_norms[s], 1e-5 * ref.grad_norms[s]) << "step " << s;
-  }
-  ASSERT_EQ(got.params.size(), ref.params.size());
-  for (const auto& [name, p] : ref.params) {
-    const double scale = std::max(1e-12, p.abs().max().item<double>());
-    EXPECT_LE((got.params.at(name) - p).abs().max().item<double>(), 1e-5 * scale) << name;
-  }
+  const testing::ParityRun ref = train(nullptr, layout), got = train(&ctx, layout);
+  testing::expect_same_training(ref, got, 1e-5);
 }
 
 TEST(ExpertParallel, TrainingMatchesOneProcessOnEp2AndEp4WithFsdp) {

@@ -11,6 +11,7 @@
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/tp/model_plans.h"
 #include "support/multiprocess.h"
+#include "support/parity_run.h"
 
 namespace hyperparallel {
 namespace {
@@ -140,14 +141,9 @@ struct Layout {
   int world = 1, tp = 1, replicas = 1;
 };
 
-struct Run {
-  std::vector<double> losses, grad_norms;
-  std::map<std::string, at::Tensor> params;
-};
-
 constexpr int64_t kRows = 8, kSeq = 16, kSteps = 10;
 
-Run train(const testing::RankContext* ctx, const Layout& l) {
+testing::ParityRun train(const testing::RankContext* ctx, const Layout& l) {
   models::ModelLoadOptions load;
   load.seed = 9;
   auto model = models::AutoModelForCausalLM::from_pretrained("qwen3-debug", load);
@@ -173,7 +169,7 @@ Run train(const testing::RankContext* ctx, const Layout& l) {
   optim::MuonOptions muon_options;
   muon_options.lr = 2e-3;
   optim::Muon opt(std::move(adamw), torch::optim::AdamWOptions(2e-3), *model, muon_options, ctx ? ctx->world : nullptr);
-  Run run;
+  testing::ParityRun run;
   for (int s = 0; s < kSteps; ++s) {
     const at::Tensor ids = at::randint(64, {kRows, kSeq}, at::detail::createCPUGenerator(40 + s), at::kLong);
     models::CausalLMInput in;
@@ -183,44 +179,25 @@ Run train(const testing::RankContext* ctx, const Layout& l) {
     opt.zero_grad();
     const auto out = model->forward(in);
     (out.lm_loss_sum / count).backward();
-    at::Tensor loss = out.lm_loss_sum.detach().reshape({1}).to(at::kDouble) / count;
-    if (ctx) {
-      run.grad_norms.push_back(fsdp::clip_grad_norm_(*model, 0, *ctx->world));
-      ctx->world->all_reduce(loss).wait();
-      loss /= static_cast<double>(l.tp);
-    } else {
-      at::Tensor sq = at::zeros({}, at::kDouble);
-      for (const auto& p : model->parameters()) sq += p.grad().to(at::kDouble).pow(2).sum();
-      run.grad_norms.push_back(std::sqrt(sq.item<double>()));
-    }
+    testing::record_step(run, ctx, *model, out.lm_loss_sum / count, static_cast<double>(l.tp));
     opt.step();
-    run.losses.push_back(loss.item<double>());
   }
-  if (ctx) {
-    run.params = fsdp::full_state_dict(*model);
-  } else {
-    for (const auto& item : model->named_parameters()) run.params[item.key()] = item.value().detach().clone();
-  }
+  testing::record_parameters(run, ctx, *model);
   return run;
 }
 
 void expect_matches_one_process(testing::RankContext& ctx, const Layout& l) {
   SCOPED_TRACE("tp " + std::to_string(l.tp) + " replicas " + std::to_string(l.replicas));
-  const Run ref = train(nullptr, l), got = train(&ctx, l);
-  for (size_t s = 0; s < ref.losses.size(); ++s) {
-    EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * ref.losses[s]) << "step " << s;
-    EXPECT_NEAR(got.grad_norms[s], ref.grad_norms[s], 1e-5 * ref.grad_norms[s]) << "step " << s;
-  }
+  const testing::ParityRun ref = train(nullptr, l), got = train(&ctx, l);
   EXPECT_LT(ref.losses.back(), ref.losses.front());
   // Every Muon matrix (AdamW's parameters amplify rounding where gradients are tiny: Adam
-  // divides by their RMS; the losses above cover them).
+  // divides by their RMS; the losses and gradient norms cover them).
   size_t matrices = 0;
-  for (const auto& [name, p] : ref.params) {
-    if (!optim::takes_muon(name, p.sizes().vec())) continue;
-    ++matrices;
-    const double scale = std::max(1e-12, p.abs().max().item<double>());
-    EXPECT_LE((got.params.at(name) - p).abs().max().item<double>(), 1e-5 * scale) << name;
-  }
+  testing::expect_same_training(ref, got, 1e-5, [&](const std::string& name) {
+    const bool muon = optim::takes_muon(name, ref.params.at(name).sizes().vec());
+    matrices += muon;
+    return muon;
+  });
   EXPECT_EQ(matrices, 28u);  // 4 layers x (q, k, v, o, gate, up, down)
 }
 

@@ -343,19 +343,11 @@ TEST(Trainer, ChunkedLossTrainsAsThePlainModel) {
   }
 }
 
-TEST(Trainer, ExpertParallelLayoutsThatDoNotFitAreUserErrors) {
-  const std::vector<std::tuple<int, std::vector<std::string>, std::string>> misfits = {
-      {2, {"accelerator.ep_size=2"}, "accelerator.ep_size 2 divides the experts of a mixture-of-experts model, and qwen3 has none; set ep_size: 1"},
-      {3, {"model_name_or_path=qwen3-moe-debug", "accelerator.ep_size=3"},
-       "accelerator.ep_size 3 does not divide the model's num_experts (8); valid ep sizes: 1, 2, 4, 8"},
-      {2, {"model_name_or_path=qwen3-moe-debug", "accelerator.ep_size=4"},
-       "accelerator.ep_size / fsdp_config.edp_shard_size: ep(4) does not divide dp_shard(2) x cp(1) x tp(1) = 2"},
-      {4, {"model_name_or_path=qwen3-moe-debug", "accelerator.ep_size=2", "fsdp_config.edp_shard_size=4"},
-       "edp_shard(4) x ep(2) = 8 != dp_shard(4) x cp(1) x tp(1) = 4; set edp_shard_size: -1 to infer it"},
-      {2, {"model_name_or_path=qwen3-moe-debug", "accelerator.ep_size=2", "fsdp_config.replicate_params=['*.experts.*']"},
-       "fsdp_config.replicate_params: '*.experts.*' matches only expert parameters"}};
+// Each (ranks, overrides, message) fails in run_training with a UserError containing message.
+void expect_user_errors_before_training(const std::vector<std::tuple<int, std::vector<std::string>, std::string>>& misfits,
+                                        const std::string& dir_name) {
   for (const auto& [ranks, extra, expected] : misfits) {
-    std::vector<std::string> o = base_overrides(temp_dir("ep_misfit"));
+    std::vector<std::string> o = base_overrides(temp_dir(dir_name));
     o.insert(o.end(), extra.begin(), extra.end());
     hp::testing::run_on_ranks(ranks, [&](hp::testing::RankContext& ctx) {
       std::ostringstream log;
@@ -367,7 +359,21 @@ TEST(Trainer, ExpertParallelLayoutsThatDoNotFitAreUserErrors) {
       }
     });
   }
-  fs::remove_all(temp_dir("ep_misfit"));
+  fs::remove_all(temp_dir(dir_name));
+}
+
+TEST(Trainer, ExpertParallelLayoutsThatDoNotFitAreUserErrors) {
+  const std::vector<std::tuple<int, std::vector<std::string>, std::string>> misfits = {
+      {2, {"accelerator.ep_size=2"}, "accelerator.ep_size 2 divides the experts of a mixture-of-experts model, and qwen3 has none; set ep_size: 1"},
+      {3, {"model_name_or_path=qwen3-moe-debug", "accelerator.ep_size=3"},
+       "accelerator.ep_size 3 does not divide the model's num_experts (8); valid ep sizes: 1, 2, 4, 8"},
+      {2, {"model_name_or_path=qwen3-moe-debug", "accelerator.ep_size=4"},
+       "accelerator.ep_size / fsdp_config.edp_shard_size: ep(4) does not divide dp_shard(2) x cp(1) x tp(1) = 2"},
+      {4, {"model_name_or_path=qwen3-moe-debug", "accelerator.ep_size=2", "fsdp_config.edp_shard_size=4"},
+       "edp_shard(4) x ep(2) = 8 != dp_shard(4) x cp(1) x tp(1) = 4; set edp_shard_size: -1 to infer it"},
+      {2, {"model_name_or_path=qwen3-moe-debug", "accelerator.ep_size=2", "fsdp_config.replicate_params=['*.experts.*']"},
+       "fsdp_config.replicate_params: '*.experts.*' matches only expert parameters"}};
+  expect_user_errors_before_training(misfits, "ep_misfit");
 }
 
 // optimizer_offload.dir: the same run with AdamW's moments in a file, bit for bit, and the
@@ -394,20 +400,7 @@ TEST(Trainer, ContextParallelLayoutsThatDoNotFitAreUserErrors) {
        "valid degrees for 4 cp ranks: 1, 2; or use cp_algorithm ring or allgather"},
       {4, {"accelerator.cp_size=2", "accelerator.tp_size=2", "accelerator.cp_algorithm=ulysses"},
        "must divide each rank's 2 attention heads and 1 kv heads (4 and 2 over 2 tensor-parallel ranks); valid degrees for 2 cp ranks: 1"}};
-  for (const auto& [ranks, extra, expected] : misfits) {
-    std::vector<std::string> o = base_overrides(temp_dir("cp_misfit"));
-    o.insert(o.end(), extra.begin(), extra.end());
-    hp::testing::run_on_ranks(ranks, [&](hp::testing::RankContext& ctx) {
-      std::ostringstream log;
-      try {
-        hp::train::run_training(hp::train::load_train_config("", o), ctx.world, log);
-        ADD_FAILURE() << "trained with " << extra.back();
-      } catch (const hp::UserError& e) {
-        EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
-      }
-    });
-  }
-  fs::remove_all(temp_dir("cp_misfit"));
+  expect_user_errors_before_training(misfits, "cp_misfit");
 }
 
 // The eval loss (eval_dataset, uneven micro-batches of 3 rows per rank) before training, every
