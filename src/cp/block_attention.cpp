@@ -3,18 +3,10 @@
 
 #include <limits>
 
+#include "models/decoder.h"
+
 namespace hyperparallel::cp {
 namespace {
-
-// The additive mask value transformers uses: the dtype's lowest finite number.
-double lowest_value(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kDouble: return std::numeric_limits<double>::lowest();
-    case at::kBFloat16: return static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
-    case at::kHalf: return -65504.0;
-    default: return static_cast<double>(std::numeric_limits<float>::lowest());
-  }
-}
 
 at::Tensor range(int64_t start, int64_t count) { return at::arange(start, start + count, at::kLong); }
 
@@ -53,7 +45,7 @@ at::Tensor ungroup_queries(const at::Tensor& qg, int64_t heads) {
 at::Tensor causal_attention(const at::Tensor& q, const std::vector<int64_t>& q_starts, const at::Tensor& k, const at::Tensor& v,
                             int64_t chunk, const models::SequenceShard& shard, double scaling) {
   const int64_t batch = q.size(0), heads = q.size(1), kv_heads = k.size(1), groups = heads / kv_heads;
-  const double lowest = lowest_value(q.scalar_type());
+  const double lowest = models::masked_score(q.scalar_type());
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < q_starts.size(); ++i) {
     const int64_t keys = q_starts[i] + chunk;  // every key at or before this chunk's last query

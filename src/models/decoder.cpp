@@ -91,11 +91,14 @@ at::Tensor build_attention_mask(int64_t batch, int64_t seq, const at::Tensor& at
     const at::Tensor doc = position_ids.eq(0).cumsum(1);  // [B, T]
     allowed = allowed.logical_and(doc.view({batch, 1, seq, 1}).eq(doc.view({batch, 1, 1, seq})));
   }
-  const double lowest = dtype == at::kDouble ? std::numeric_limits<double>::lowest()
-                        : dtype == at::kBFloat16 ? -3.38953138925153547590470800371487866880e+38
-                        : dtype == at::kHalf     ? -65504.0
-                                                 : static_cast<double>(std::numeric_limits<float>::lowest());
-  return at::zeros({batch, 1, seq, keys}, at::TensorOptions().dtype(dtype)).masked_fill(allowed.logical_not(), lowest);
+  return at::zeros({batch, 1, seq, keys}, at::TensorOptions().dtype(dtype)).masked_fill(allowed.logical_not(), masked_score(dtype));
+}
+
+double masked_score(at::ScalarType dtype) {
+  return dtype == at::kDouble     ? std::numeric_limits<double>::lowest()
+         : dtype == at::kBFloat16 ? -3.38953138925153547590470800371487866880e+38
+         : dtype == at::kHalf     ? -65504.0
+                                  : static_cast<double>(std::numeric_limits<float>::lowest());
 }
 
 at::Tensor DecoderModel::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids_in,

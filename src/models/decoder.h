@@ -65,4 +65,7 @@ class DecoderModel : public torch::nn::Module, public ModuleSlots {
 at::Tensor build_attention_mask(int64_t batch, int64_t seq, const at::Tensor& attention_mask, const at::Tensor& position_ids,
                                 bool document_mask, at::ScalarType dtype, int64_t past = 0);
 
+// The score of a masked key, as transformers writes it: the dtype's lowest finite value.
+double masked_score(at::ScalarType dtype);
+
 }  // namespace hyperparallel::models
