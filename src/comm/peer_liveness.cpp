@@ -35,7 +35,7 @@ std::string silent_for(const std::vector<int>& ranks, std::chrono::milliseconds 
 PeerLiveness::PeerLiveness(c10::intrusive_ptr<SocketStore> store, std::string store_address, int rank,
                            std::chrono::milliseconds interval)
     : store_(std::move(store)), store_address_(std::move(store_address)), rank_(rank), interval_(interval) {
-  store_->add(key_of(rank_), 1);
+  beat_own_counter();  // the first beat already survives a stray writer on the key
   store_answered_ = Clock::now();
   beat_thread_ = std::thread([this] { beat(); });
 }

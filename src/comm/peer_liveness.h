@@ -73,7 +73,7 @@ class PeerLiveness {
   std::mutex mutex_;  // guards everything below
   std::condition_variable changed_;
   bool stop_ = false;
-  int64_t own_resets_ = 0;  // times this rank rewrote its corrupted counter (beat thread only)
+  int64_t own_resets_ = 0;  // times this rank rewrote its corrupted counter (constructor, then the beat thread only)
   bool beat_ended_ = false;
   std::vector<Watched> watched_;
   Clock::time_point store_answered_;
