@@ -11,7 +11,7 @@
 
 namespace hyperparallel::fsdp {
 
-std::vector<double> gradient_norm_weights(torch::nn::Module& root, int64_t world_size) {
+std::vector<double> gradient_norm_weights(torch::nn::Module& root, int64_t world_size, int64_t pipeline_stages) {
   // How many distinct pieces of each parameter exist: FSDP's shard count times the spec's.
   std::map<const c10::TensorImpl*, int64_t> fsdp_pieces;
   for (FSDPUnit* unit : units_under(root).units) {
@@ -29,7 +29,7 @@ std::vector<double> gradient_norm_weights(torch::nn::Module& root, int64_t world
         if (spec->placements()[axis].is_shard()) pieces *= spec->mesh().shape()[axis];
       }
     }
-    weights.push_back(static_cast<double>(pieces) / static_cast<double>(world_size));
+    weights.push_back(static_cast<double>(pieces * pipeline_stages) / static_cast<double>(world_size));
   }
   return weights;
 }
@@ -44,8 +44,8 @@ at::Tensor local_squared_gradient_norm(torch::nn::Module& root, const std::vecto
   return sum;
 }
 
-double clip_grad_norm_(torch::nn::Module& root, double max_norm, comm::Communicator& world) {
-  at::Tensor sq = local_squared_gradient_norm(root, gradient_norm_weights(root, world.size())).reshape({1});
+double clip_grad_norm_(torch::nn::Module& root, double max_norm, comm::Communicator& world, int64_t pipeline_stages) {
+  at::Tensor sq = local_squared_gradient_norm(root, gradient_norm_weights(root, world.size(), pipeline_stages)).reshape({1});
   world.all_reduce(sq).wait();
   const double norm = std::sqrt(sq.item<double>());
   if (max_norm > 0) {

@@ -22,16 +22,17 @@ std::vector<int64_t> apply_activation_checkpointing(CausalLM& model, const Activ
   std::vector<int64_t> checkpointed;
   auto& layers = model.backbone().decoder_layers;
   for (size_t i = 0; i < layers.size(); ++i) {
-    const bool on = options.mode != "off" && static_cast<int64_t>(i) % options.every == 0;
+    const int64_t index = layers[i]->index();  // in the whole model (a pipeline stage holds some)
+    const bool on = options.mode != "off" && index % options.every == 0;
     layers[i]->recompute = on && options.mode == "full";
     layers[i]->swap = layers[i]->recompute ? pool : nullptr;
     auto* attention = dynamic_cast<Attention*>(layers[i]->self_attn.get());
     if (on && options.mode == "selective" && !attention) {
-      throw UserError("selective activation checkpointing recomputes the eager attention core; layer " + std::to_string(i) +
+      throw UserError("selective activation checkpointing recomputes the eager attention core; layer " + std::to_string(index) +
                       "'s attention is " + layers[i]->self_attn->name() + " (a plan override): use mode full or drop the override");
     }
     if (attention) attention->recompute_core = on && options.mode == "selective";
-    if (on) checkpointed.push_back(static_cast<int64_t>(i));
+    if (on) checkpointed.push_back(index);
   }
   return checkpointed;
 }

@@ -63,23 +63,32 @@ void check_input(const CausalLMInput& in, const ModelConfig& c) {
 
 }  // namespace
 
+namespace {
+
+// Next-token prediction: position t predicts labels[t + 1]; the last position predicts nothing.
+// A sequence shard's labels are next-token targets already. Undefined without labels.
+at::Tensor shifted_labels(const CausalLMInput& in) {
+  if (!in.labels.defined()) return {};
+  if (in.shard) return in.labels.reshape({-1});
+  const int64_t batch = in.labels.size(0), seq = in.labels.size(1);
+  return at::cat({in.labels.narrow(1, 1, seq - 1), at::full({batch, 1}, -100, in.labels.options())}, 1).reshape({-1});
+}
+
+}  // namespace
+
 CausalLMOutput CausalLM::forward(const CausalLMInput& in) {
   check_input(in, config_);
+  if (!model_->holds_all()) {
+    throw UserError("CausalLM::forward: this model holds only part of itself (a pipeline stage); run it through forward_span");
+  }
   CausalLMOutput out;
   const bool want_router_logits = config_.num_experts > 0 && in.output_router_logits.value_or(config_.output_router_logits);
   std::vector<at::Tensor>* router_logits = want_router_logits ? &out.router_logits : nullptr;
-  // Next-token prediction: position t predicts labels[t + 1]; the last position predicts nothing.
-  at::Tensor shifted;
   if (in.shard && !attention_core_) {
     throw UserError("CausalLM::forward: the input is a sequence shard and the model has no attention core; "
                     "install one with cp::parallelize_context");
   }
-  if (in.labels.defined() && in.shard) {
-    shifted = in.labels.reshape({-1});  // next-token targets already
-  } else if (in.labels.defined()) {
-    const int64_t batch = in.labels.size(0), seq = in.labels.size(1);
-    shifted = at::cat({in.labels.narrow(1, 1, seq - 1), at::full({batch, 1}, -100, in.labels.options())}, 1).reshape({-1});
-  }
+  const at::Tensor shifted = shifted_labels(in);
   const bool chunked = loss_chunk_tokens_ > 0 && shifted.defined();
   const at::Tensor result = fsdp::hooked_forward(*this, [&] {
     const at::Tensor hidden = model_->forward(in.input_ids, in.attention_mask, in.position_ids, in.document_mask, router_logits, in.cache,
@@ -94,9 +103,7 @@ CausalLMOutput CausalLM::forward(const CausalLMInput& in) {
     out.lm_loss_sum = result;
   } else {
     out.logits = result;
-    const at::Tensor flat_logits = result.reshape({shifted.size(0), -1});
-    out.lm_loss_sum = token_loss_ ? token_loss_->sum(flat_logits, shifted)
-                                  : at::cross_entropy_loss(flat_logits, shifted, {}, at::Reduction::Sum, -100);
+    out.lm_loss_sum = loss_sum(result, shifted);
   }
   out.label_tokens = shifted.ne(-100).sum().item<int64_t>();
   out.lm_loss = out.lm_loss_sum / static_cast<double>(std::max<int64_t>(out.label_tokens, 1));
@@ -108,10 +115,116 @@ CausalLMOutput CausalLM::forward(const CausalLMInput& in) {
   return out;
 }
 
+at::Tensor CausalLM::loss_sum(const at::Tensor& logits, const at::Tensor& shifted) {
+  const at::Tensor flat = logits.reshape({shifted.size(0), -1});
+  return token_loss_ ? token_loss_->sum(flat, shifted) : at::cross_entropy_loss(flat, shifted, {}, at::Reduction::Sum, -100);
+}
+
+at::Tensor CausalLM::head_loss_sum(const at::Tensor& hidden, const at::Tensor& shifted) {
+  return loss_chunk_tokens_ > 0 ? chunked_loss_sum(hidden, shifted) : loss_sum(head(hidden), shifted);
+}
+
 // The head runs through its forward hooks (a column-parallel head under loss parallel).
 at::Tensor CausalLM::head(const at::Tensor& hidden) {
-  const at::Tensor logits = lm_head_ ? lm_head_->forward(hidden) : at::linear(hidden, model_->embed_tokens->weight);
+  const at::Tensor logits = lm_head_ ? lm_head_->forward(hidden) : at::linear(hidden, tied_head_weight());
   return logits.to(at::kFloat);
+}
+
+at::Tensor CausalLM::tied_head_weight() const {
+  if (!model_->embed_tokens) throw std::logic_error("CausalLM: the tied head's embedding was dropped");
+  return model_->embed_tokens->weight;
+}
+
+void CausalLM::keep_only(bool embedding, const std::vector<int64_t>& layers, bool head) {
+  // A tied head is the embedding matrix: a span with the head keeps it.
+  model_->keep_only(embedding || (head && tied()), layers, head);
+  if (!head && lm_head_) {
+    unregister_module("lm_head");
+    lm_head_ = nullptr;
+  }
+}
+
+namespace {
+
+void check_span(const ModelSpan& span, const CausalLMInput& in, const at::Tensor& hidden, const ModelConfig& c) {
+  if (span.layer_begin < 0 || span.layer_end < span.layer_begin || span.layer_end > c.num_hidden_layers) {
+    throw UserError("CausalLM::forward_span: layers [" + std::to_string(span.layer_begin) + ", " + std::to_string(span.layer_end) +
+                    ") are not a range of the model's " + std::to_string(c.num_hidden_layers) + " layers");
+  }
+  if (span.head && !in.labels.defined()) throw UserError("CausalLM::forward_span: a span with the head computes the loss; give labels");
+  if (!span.embedding && (!hidden.defined() || hidden.dim() != 3 || hidden.size(0) != in.input_ids.size(0))) {
+    throw UserError("CausalLM::forward_span: a span after the embedding starts from hidden states [batch, seq, hidden]");
+  }
+  if (in.cache) throw UserError("CausalLM::forward_span: incremental decoding runs the whole model (forward), not spans");
+}
+
+// Starts a segment at `x` when segments are separate: its input becomes a leaf of its own graph.
+at::Tensor open_segment(std::vector<SpanSegment>* segments, const at::Tensor& x) {
+  if (!segments) return x;
+  segments->push_back({x.detach().requires_grad_(), {}, {}});
+  return segments->back().input;
+}
+
+void close_segment(std::vector<SpanSegment>* segments, std::vector<at::Tensor> outputs, std::vector<at::Tensor> params) {
+  if (!segments) return;
+  segments->back().outputs = std::move(outputs);
+  segments->back().params = std::move(params);
+}
+
+}  // namespace
+
+SpanOutput CausalLM::forward_span(const CausalLMInput& in, const at::Tensor& hidden_in, const ModelSpan& span, bool separate_segments) {
+  check_input(in, config_);
+  check_span(span, in, hidden_in, config_);
+  if ((span.embedding && !model_->embed_tokens) || (span.head && !model_->norm)) {
+    throw UserError("CausalLM::forward_span: this model does not hold the " + std::string(span.head ? "head" : "embedding") + " of the span");
+  }
+  if (in.shard && !attention_core_) throw UserError("CausalLM::forward_span: a sequence shard needs an attention core");
+  SpanOutput out;
+  const bool want_router_logits = config_.num_experts > 0 && in.output_router_logits.value_or(config_.output_router_logits);
+  std::vector<at::Tensor>* router_logits = want_router_logits ? &out.router_logits : nullptr;
+  std::vector<SpanSegment>* segments = separate_segments ? &out.segments : nullptr;
+  const at::Tensor shifted = span.head ? shifted_labels(in) : at::Tensor();
+  const at::Tensor result = fsdp::hooked_forward(*this, [&] {
+    at::Tensor hidden;
+    if (span.embedding) {
+      if (segments) segments->push_back({});
+      hidden = model_->embed_tokens->forward(in.input_ids);
+      close_segment(segments, {hidden}, {model_->embed_tokens->weight});
+    } else {
+      hidden = hidden_in;
+    }
+    const AttentionInputs inputs = model_->attention_inputs(in.input_ids.size(0), in.input_ids.size(1), hidden.scalar_type(),
+                                                            in.attention_mask, in.position_ids, in.document_mask, nullptr, in.shard,
+                                                            in.shard ? attention_core_ : nullptr);
+    if (!segments) {
+      hidden = model_->run_layers(hidden, inputs, span.layer_begin, span.layer_end, router_logits);
+    } else {
+      for (int64_t layer = span.layer_begin; layer < span.layer_end; ++layer) {
+        const size_t routed = router_logits ? router_logits->size() : 0;
+        hidden = model_->run_layers(open_segment(segments, hidden), inputs, layer, layer + 1, router_logits);
+        std::vector<at::Tensor> outputs = {hidden};
+        if (router_logits) outputs.insert(outputs.end(), router_logits->begin() + static_cast<int64_t>(routed), router_logits->end());
+        close_segment(segments, std::move(outputs), model_->held_layer(layer)->parameters());
+      }
+    }
+    if (!span.head) return hidden;
+    const at::Tensor normed = (*model_->norm)(open_segment(segments, hidden));
+    const at::Tensor sum = head_loss_sum(normed, shifted);
+    std::vector<at::Tensor> params = model_->norm->parameters();
+    for (const auto& p : lm_head_ ? lm_head_->parameters() : std::vector<at::Tensor>{tied_head_weight()}) params.push_back(p);
+    close_segment(segments, {sum}, std::move(params));
+    return sum;
+  });
+  // The hook point may hand back another tensor (a cast): the graph's end is what it returns.
+  if (segments) segments->back().outputs.front() = result;
+  if (span.head) {
+    out.lm_loss_sum = result;
+    out.label_tokens = shifted.ne(-100).sum().item<int64_t>();
+  } else {
+    out.hidden = result;
+  }
+  return out;
 }
 
 void CausalLM::set_loss_chunk_tokens(int64_t tokens) {
@@ -128,7 +241,7 @@ at::Tensor CausalLM::chunked_loss_sum(const at::Tensor& hidden, const at::Tensor
   // The head's parameters leave through each chunk (run_with_recompute's `params`): every
   // chunk reads them, and a tied head is the embedding too.
   std::vector<at::Tensor> head_params;
-  for (const auto& p : lm_head_ ? lm_head_->parameters() : std::vector<at::Tensor>{model_->embed_tokens->weight}) {
+  for (const auto& p : lm_head_ ? lm_head_->parameters() : std::vector<at::Tensor>{tied_head_weight()}) {
     if (p.requires_grad()) head_params.push_back(p);
   }
   at::Tensor sum = at::zeros({}, at::kFloat);

@@ -1,6 +1,7 @@
 // The decoder body. See decoder.h.
 #include "decoder.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "activation_swap.h"
@@ -14,7 +15,7 @@
 namespace hyperparallel::models {
 
 DecoderLayer::DecoderLayer(const ModelConfig& c, int64_t index, ParamFactory& factory)
-    : torch::nn::Module(c.class_prefix() + "DecoderLayer") {
+    : torch::nn::Module(c.class_prefix() + "DecoderLayer"), index_(index) {
   const std::string norm_type = c.class_prefix() + "RMSNorm";
   // Registration order follows HF's attribute order, so named_parameters() lists the same.
   self_attn = register_module("self_attn", std::shared_ptr<AttentionModule>(std::make_shared<Attention>(c, factory)));
@@ -75,6 +76,18 @@ DecoderModel::DecoderModel(const ModelConfig& c, ParamFactory& factory) : torch:
   norm = register_module("norm", std::shared_ptr<NormModule>(std::make_shared<RMSNorm>(c.class_prefix() + "RMSNorm", c.hidden_size,
                                                                                      c.rms_norm_eps, factory)));
   inv_freq_ = rope_inv_freq(c);
+  num_layers_ = c.num_hidden_layers;
+}
+
+std::shared_ptr<DecoderLayer> DecoderModel::held_layer(int64_t index) const {
+  for (const auto& layer : decoder_layers) {
+    if (layer->index() == index) return layer;
+  }
+  throw UserError(name() + " does not hold layer " + std::to_string(index));
+}
+
+bool DecoderModel::holds_all() const {
+  return embed_tokens && norm && static_cast<int64_t>(decoder_layers.size()) == num_layers_;
 }
 
 void DecoderModel::replace_child(const std::string& name, std::shared_ptr<torch::nn::Module> replacement) {
@@ -101,27 +114,73 @@ double masked_score(at::ScalarType dtype) {
                                   : static_cast<double>(std::numeric_limits<float>::lowest());
 }
 
-at::Tensor DecoderModel::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids_in,
-                                 bool document_mask, std::vector<at::Tensor>* router_logits, KVCache* cache,
-                                 std::shared_ptr<const SequenceShard> shard, std::shared_ptr<AttentionCore> core) {
-  const int64_t batch = input_ids.size(0), seq = input_ids.size(1);
+AttentionInputs DecoderModel::attention_inputs(int64_t batch, int64_t seq, at::ScalarType dtype, const at::Tensor& attention_mask,
+                                               const at::Tensor& position_ids_in, bool document_mask, KVCache* cache,
+                                               std::shared_ptr<const SequenceShard> shard, std::shared_ptr<AttentionCore> core) const {
   const int64_t past = cache ? cache->length() : 0;
   const at::Tensor position_ids =
       position_ids_in.defined() ? position_ids_in : at::arange(past, past + seq, at::kLong).view({1, seq}).expand({batch, seq});
-  at::Tensor hidden = embed_tokens->forward(input_ids);
   AttentionInputs inputs;
-  std::tie(inputs.cos, inputs.sin) = rope_cos_sin(inv_freq_, position_ids, hidden.scalar_type());
+  std::tie(inputs.cos, inputs.sin) = rope_cos_sin(inv_freq_, position_ids, dtype);
   if (shard) {
     inputs.shard = std::move(shard);
     inputs.core = std::move(core);
   } else {
-    inputs.mask = build_attention_mask(batch, seq, attention_mask, position_ids_in, document_mask, hidden.scalar_type(), past);
+    inputs.mask = build_attention_mask(batch, seq, attention_mask, position_ids_in, document_mask, dtype, past);
   }
   inputs.cache = cache;
-  for (size_t i = 0; i < decoder_layers.size(); ++i) {
-    inputs.layer = static_cast<int64_t>(i);
-    hidden = decoder_layers[i]->forward(hidden, inputs, router_logits);
+  return inputs;
+}
+
+at::Tensor DecoderModel::run_layers(at::Tensor hidden, AttentionInputs inputs, int64_t begin, int64_t end,
+                                    std::vector<at::Tensor>* router_logits, std::vector<at::Tensor>* layer_outputs) {
+  int64_t next = begin;
+  for (const auto& layer : decoder_layers) {
+    if (layer->index() < begin || layer->index() >= end) continue;
+    if (layer->index() != next) break;
+    inputs.layer = layer->index();
+    hidden = layer->forward(hidden, inputs, router_logits);
+    if (layer_outputs) layer_outputs->push_back(hidden);
+    ++next;
   }
+  if (next != end) {
+    throw UserError(name() + ": layers [" + std::to_string(begin) + ", " + std::to_string(end) + ") are not all held here (layer " +
+                    std::to_string(next) + " is missing)");
+  }
+  return hidden;
+}
+
+void DecoderModel::keep_only(bool embedding, const std::vector<int64_t>& layer_indices, bool final_norm) {
+  if (!embedding && embed_tokens) {
+    unregister_module("embed_tokens");
+    embed_tokens = nullptr;
+  }
+  if (!final_norm && norm) {
+    unregister_module("norm");
+    norm = nullptr;
+  }
+  std::vector<std::shared_ptr<DecoderLayer>> kept;
+  for (const auto& layer : decoder_layers) {
+    if (std::find(layer_indices.begin(), layer_indices.end(), layer->index()) != layer_indices.end()) {
+      kept.push_back(layer);
+    } else {
+      layers->unregister_module(std::to_string(layer->index()));
+    }
+  }
+  decoder_layers = std::move(kept);
+}
+
+at::Tensor DecoderModel::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
+                                 bool document_mask, std::vector<at::Tensor>* router_logits, KVCache* cache,
+                                 std::shared_ptr<const SequenceShard> shard, std::shared_ptr<AttentionCore> core) {
+  if (!holds_all()) {
+    throw UserError(name() + " holds only part of the model (a pipeline stage); run it through the stage's forward");
+  }
+  const int64_t batch = input_ids.size(0), seq = input_ids.size(1);
+  at::Tensor hidden = embed_tokens->forward(input_ids);
+  AttentionInputs inputs = attention_inputs(batch, seq, hidden.scalar_type(), attention_mask, position_ids, document_mask, cache,
+                                            std::move(shard), std::move(core));
+  hidden = run_layers(hidden, std::move(inputs), 0, num_layers_, router_logits);
   return (*norm)(hidden);
 }
 

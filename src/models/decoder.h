@@ -4,7 +4,9 @@
 // residuals; its forward goes through the fully_shard hook point with the hidden states as
 // the hooked input. DecoderModel (HF's <Family>Model): embed_tokens, layers, norm; it builds
 // what every layer shares once per forward — rotary tables and the additive attention mask
-// (causal, padding and, for packed rows, document boundaries).
+// (causal, padding and, for packed rows, document boundaries). Its pieces (attention_inputs,
+// run_layers) are public so a pipeline stage can run a range of layers, and keep_only drops
+// what a stage does not hold; the model itself stays parallelism-free.
 #pragma once
 
 #include <torch/nn/modules/container/modulelist.h>
@@ -24,6 +26,7 @@ class ActivationSwapPool;  // activation_swap.h
 class DecoderLayer : public torch::nn::Module, public ModuleSlots {
  public:
   DecoderLayer(const ModelConfig& config, int64_t index, ParamFactory& factory);
+  int64_t index() const { return index_; }  // its place in the whole model (model.layers.<index>)
   at::Tensor forward(const at::Tensor& hidden, const AttentionInputs& inputs, std::vector<at::Tensor>* router_logits);
   void replace_child(const std::string& name, std::shared_ptr<torch::nn::Module> replacement) override;
 
@@ -34,6 +37,7 @@ class DecoderLayer : public torch::nn::Module, public ModuleSlots {
   std::shared_ptr<ActivationSwapPool> swap;  // with recompute: where the saved input waits (null: kept)
 
  private:
+  int64_t index_;
   at::Tensor body(const at::Tensor& x, const AttentionInputs& inputs, std::vector<at::Tensor>* router_logits);
 };
 
@@ -49,12 +53,28 @@ class DecoderModel : public torch::nn::Module, public ModuleSlots {
                      std::shared_ptr<const SequenceShard> shard = nullptr, std::shared_ptr<AttentionCore> core = nullptr);
   void replace_child(const std::string& name, std::shared_ptr<torch::nn::Module> replacement) override;
 
-  std::shared_ptr<Embedding> embed_tokens;
+  // forward() in pieces, for running part of the model (a pipeline stage, pp/): what every
+  // layer of one forward shares (rotary tables from the positions, the mask or the shard), and
+  // the held layers with begin <= index < end in order (UserError if one of them is not held).
+  AttentionInputs attention_inputs(int64_t batch, int64_t seq, at::ScalarType dtype, const at::Tensor& attention_mask,
+                                   const at::Tensor& position_ids, bool document_mask, KVCache* cache,
+                                   std::shared_ptr<const SequenceShard> shard, std::shared_ptr<AttentionCore> core) const;
+  at::Tensor run_layers(at::Tensor hidden, AttentionInputs inputs, int64_t begin, int64_t end,
+                        std::vector<at::Tensor>* router_logits, std::vector<at::Tensor>* layer_outputs = nullptr);
+  // Keeps the embedding only if `embedding`, the layers listed (by index) and the final norm only
+  // if `final_norm`; the rest leaves the module tree, so named_parameters() lists what is kept
+  // under HF's full names (model.layers.<index>...).
+  void keep_only(bool embedding, const std::vector<int64_t>& layer_indices, bool final_norm);
+  bool holds_all() const;  // nothing dropped by keep_only
+  std::shared_ptr<DecoderLayer> held_layer(int64_t index) const;  // UserError if not held
+
+  std::shared_ptr<Embedding> embed_tokens;  // null when not kept
   torch::nn::ModuleList layers;
-  std::vector<std::shared_ptr<DecoderLayer>> decoder_layers;
-  std::shared_ptr<NormModule> norm;
+  std::vector<std::shared_ptr<DecoderLayer>> decoder_layers;  // the held layers, by index
+  std::shared_ptr<NormModule> norm;  // null when not kept
 
  private:
+  int64_t num_layers_ = 0;
   at::Tensor inv_freq_;  // not a parameter or buffer: recomputed from the config, as in HF
 };
 

@@ -24,7 +24,7 @@ ParameterLayouts parallelize_module(torch::nn::Module& root, const mesh::DeviceM
     for (const auto& item : modules) {
       if (fnmatch(pattern.c_str(), item.key().c_str(), 0) == 0) matches.back().emplace_back(item.key(), item.value().get());
     }
-    if (matches.back().empty()) {
+    if (matches.back().empty() && !options.pipeline_stage) {
       throw UserError("tensor parallel plan: '" + pattern + "' (" + style->name() +
                       ") matches no module of this model; module names look like 'model.layers.0.self_attn.q_proj'");
     }

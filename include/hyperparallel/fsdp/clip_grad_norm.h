@@ -21,8 +21,9 @@ class Module;
 namespace hyperparallel::fsdp {
 
 // Per parameter of root.parameters(), in order: 1 / (ranks of a `world_size` world holding
-// the same gradient piece). No communication.
-std::vector<double> gradient_norm_weights(torch::nn::Module& root, int64_t world_size);
+// the same gradient piece). With pipeline stages, each rank holds only its stages' parameters:
+// the ranks of other stages hold none of these. No communication.
+std::vector<double> gradient_norm_weights(torch::nn::Module& root, int64_t world_size, int64_t pipeline_stages = 1);
 
 // This rank's weighted sum of squared gradients (an fp64 scalar tensor), to all-reduce with
 // other per-step sums in one collective.
@@ -31,6 +32,6 @@ at::Tensor local_squared_gradient_norm(torch::nn::Module& root, const std::vecto
 // The global norm (one all-reduce over `world`), then every gradient scaled by
 // max_norm / (norm + 1e-6) when that is below 1, as PyTorch's clip_grad_norm_. max_norm <= 0:
 // only the norm. Returns the norm before clipping. Collective over `world`.
-double clip_grad_norm_(torch::nn::Module& root, double max_norm, comm::Communicator& world);
+double clip_grad_norm_(torch::nn::Module& root, double max_norm, comm::Communicator& world, int64_t pipeline_stages = 1);
 
 }  // namespace hyperparallel::fsdp

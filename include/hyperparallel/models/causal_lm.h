@@ -71,6 +71,30 @@ class TokenLoss {
   virtual bool takes_vocab_shards() const { return false; }
 };
 
+// A contiguous part of the model, for one pipeline stage (pp/pipeline.h).
+struct ModelSpan {
+  int64_t layer_begin = 0, layer_end = 0;  // decoder layers [begin, end)
+  bool embedding = false;                  // starts at the token ids (else at hidden states)
+  bool head = false;                       // ends with the final norm, the head and the loss
+};
+
+// One piece of a span's autograd graph, for a backward split into input and weight gradients
+// (zero-bubble schedules): `input` (a leaf; undefined for the embedding) -> `outputs` (the
+// piece's result first, then a sparse layer's router logits) through `params`.
+struct SpanSegment {
+  at::Tensor input;
+  std::vector<at::Tensor> outputs;
+  std::vector<at::Tensor> params;
+};
+
+struct SpanOutput {
+  at::Tensor hidden;       // [B, T, hidden] for the next span; undefined for a head span
+  at::Tensor lm_loss_sum;  // a head span with labels: as CausalLMOutput
+  int64_t label_tokens = 0;
+  std::vector<at::Tensor> router_logits;  // of this span's sparse layers
+  std::vector<SpanSegment> segments;      // with separate_segments: embedding?, each layer, head?
+};
+
 class DecoderModel;  // src/models/decoder.h
 class Linear;        // src/models/layers.h
 
@@ -99,6 +123,17 @@ class CausalLM : public torch::nn::Module {
   void set_attention_core(std::shared_ptr<AttentionCore> core) { attention_core_ = std::move(core); }
   const std::shared_ptr<AttentionCore>& attention_core() const { return attention_core_; }
 
+  // Pipeline stages (pp/pipeline.h). keep_only drops from the module tree all but the embedding
+  // (if `embedding`), the listed decoder layers and the final norm and head (if `head`); a
+  // model holding part of itself runs only through forward_span. forward_span runs `span` on
+  // `in` (ids, positions, mask and labels of the micro-batch, as for forward) from `hidden`
+  // (the previous span's output; ignored when the span starts at the embedding), through the
+  // fully_shard hook point like forward. With separate_segments each layer (and the
+  // embedding, and the head with its loss) gets its own autograd graph from a leaf input,
+  // listed in SpanOutput::segments; the span's result is then the last segment's output.
+  void keep_only(bool embedding, const std::vector<int64_t>& layers, bool head);
+  SpanOutput forward_span(const CausalLMInput& in, const at::Tensor& hidden, const ModelSpan& span, bool separate_segments = false);
+
  private:
   ModelConfig config_;
   std::shared_ptr<DecoderModel> model_;
@@ -109,6 +144,9 @@ class CausalLM : public torch::nn::Module {
 
   at::Tensor chunked_loss_sum(const at::Tensor& hidden, const at::Tensor& shifted_labels);
   at::Tensor head(const at::Tensor& hidden);
+  at::Tensor loss_sum(const at::Tensor& logits, const at::Tensor& shifted_labels);
+  at::Tensor head_loss_sum(const at::Tensor& hidden, const at::Tensor& shifted_labels);
+  at::Tensor tied_head_weight() const;
 };
 
 }  // namespace hyperparallel::models

@@ -43,6 +43,9 @@ struct ParallelizeOptions {
   // naming the module, the op, the expected and the actual placement. Bit-identical results,
   // one small all-gather per checked tensor.
   bool validate_placement = false;
+  // The model holds one pipeline stage's part (pp/stage_split.h): keys for the parts other
+  // stages hold match nothing here, and that is no error.
+  bool pipeline_stage = false;
 };
 
 // `tp_mesh` is a 1-D mesh (mesh["tp"]).
