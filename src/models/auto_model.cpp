@@ -1,6 +1,7 @@
 // Building, loading and saving HF causal LMs. See models/auto_model.h.
 #include "hyperparallel/models/auto_model.h"
 
+
 #include <filesystem>
 #include <set>
 
@@ -9,6 +10,7 @@
 #include "hyperparallel/io/hf_checkpoint.h"
 #include "hyperparallel/platform/suggest.h"
 #include "hyperparallel/platform/user_error.h"
+#include "decoder.h"
 #include "io/atomic_write.h"
 
 namespace hyperparallel::models {
@@ -73,8 +75,9 @@ void load_pretrained_weights(CausalLM& model, const std::string& dir) {
   for (const auto& [name, shape] : shapes) {
     if (!checkpoint.contains(name)) missing += (missing.empty() ? "" : ", ") + name;
   }
+  // A pipeline stage holds part of the model: the other stages' tensors are no surprise.
   for (const auto& name : checkpoint.names()) {
-    if (!shapes.count(name) && !ignorable_key(name, model)) unexpected += (unexpected.empty() ? "" : ", ") + name;
+    if (model.backbone().holds_all() && !shapes.count(name) && !ignorable_key(name, model)) unexpected += (unexpected.empty() ? "" : ", ") + name;
   }
   if (!missing.empty() || !unexpected.empty()) {
     throw UserError("weights in " + dir + " do not match the " + model.config().architecture + " config: missing [" + missing +
@@ -95,22 +98,48 @@ void load_pretrained_weights(CausalLM& model, const std::string& dir) {
   });
 }
 
-std::vector<std::string> save_pretrained(CausalLM& model, const std::string& dir, const SaveOptions& options) {
+namespace {
+
+std::vector<std::string> write_pretrained(const ModelConfig& config, const std::vector<std::string>& names,
+                                          const std::map<std::string, at::Tensor>& full, at::ScalarType dtype, const std::string& dir,
+                                          const SaveOptions& options) {
   const uint64_t max_shard = io::parse_byte_size(options.max_shard_size);
-  auto full = fsdp::full_state_dict(model, /*rank0_only=*/true);
-  if (full.empty()) return {};
   std::vector<std::pair<std::string, at::Tensor>> ordered;  // named_parameters order, as HF's state_dict
-  at::ScalarType dtype = at::kFloat;
-  const auto params = model.named_parameters();
-  for (const auto& name : dtensor::full_parameter_names(model)) {  // with experts other ranks hold
-    if (const at::Tensor* local = params.find(name)) dtype = options.dtype.value_or(local->scalar_type());
-    ordered.emplace_back(name, full.at(name).to(dtype));
+  for (const auto& name : names) {
+    const auto it = full.find(name);
+    if (it == full.end()) throw UserError("save_pretrained: no tensor for parameter " + name + " of the " + config.architecture);
+    ordered.emplace_back(name, it->second.to(dtype));
   }
   fs::create_directories(dir);
-  io::write_file_atomically((fs::path(dir) / "config.json").string(), model_config_json(model.config(), dtype_json_name(dtype)));
+  io::write_file_atomically((fs::path(dir) / "config.json").string(), model_config_json(config, dtype_json_name(dtype)));
   auto files = io::save_hf_checkpoint(dir, ordered, max_shard);
   files.insert(files.begin(), "config.json");
   return files;
+}
+
+}  // namespace
+
+std::vector<std::string> save_pretrained(CausalLM& model, const std::string& dir, const SaveOptions& options) {
+  auto full = fsdp::full_state_dict(model, /*rank0_only=*/true);
+  if (full.empty()) return {};
+  at::ScalarType dtype = at::kFloat;
+  const auto params = model.named_parameters();
+  const auto names = dtensor::full_parameter_names(model);  // with experts other ranks hold
+  for (const auto& name : names) {
+    if (const at::Tensor* local = params.find(name)) dtype = options.dtype.value_or(local->scalar_type());
+  }
+  return write_pretrained(model.config(), names, full, dtype, dir, options);
+}
+
+std::vector<std::string> save_pretrained(const ModelConfig& config, const std::map<std::string, at::Tensor>& parameters,
+                                         const std::string& dir, const SaveOptions& options) {
+  ModelLoadOptions deferred;
+  deferred.deferred_init = true;
+  const auto layout = AutoModelForCausalLM::from_config(config, deferred);  // names in order, nothing written
+  std::vector<std::string> names;
+  for (const auto& item : layout->named_parameters()) names.push_back(item.key());
+  const at::ScalarType dtype = options.dtype.value_or(parameters.empty() ? at::kFloat : parameters.begin()->second.scalar_type());
+  return write_pretrained(config, names, parameters, dtype, dir, options);
 }
 
 }  // namespace hyperparallel::models

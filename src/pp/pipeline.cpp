@@ -44,12 +44,12 @@ void add_root(std::vector<at::Tensor>& roots, std::vector<at::Tensor>& grads, co
 
 class PipelineStage::Step {
  public:
-  Step(PipelineStage& stage, const std::vector<models::CausalLMInput>& microbatches, double loss_scale)
-      : p_(stage), inputs_(microbatches), loss_scale_(loss_scale), transfers_(p_.group_, p_.schedule_.stages()) {
-    const auto& actions = p_.schedule_.per_rank[static_cast<size_t>(p_.group_->rank())];
-    for (size_t i = 0; i < actions.size(); ++i) {
-      if (actions[i].kind == ActionKind::kBackward || actions[i].kind == ActionKind::kBackwardWeight) {
-        last_weight_backward_[actions[i].stage] = i;
+  Step(PipelineStage& stage, const std::vector<models::CausalLMInput>& microbatches, double loss_scale, std::vector<Action> actions)
+      : p_(stage), inputs_(microbatches), loss_scale_(loss_scale), transfers_(p_.group_, p_.schedule_.stages()),
+        actions_(std::move(actions)) {
+    for (size_t i = 0; i < actions_.size(); ++i) {
+      if (actions_[i].kind == ActionKind::kBackward || actions_[i].kind == ActionKind::kBackwardWeight) {
+        last_weight_backward_[actions_[i].stage] = i;
       }
     }
     const auto params = p_.model_.parameters();
@@ -58,11 +58,11 @@ class PipelineStage::Step {
 
   PipelineStepResult run() {
     const auto start = Clock::now();
-    const auto& actions = p_.schedule_.per_rank[static_cast<size_t>(p_.group_->rank())];
-    for (size_t i = 0; i < actions.size(); ++i) {
-      if (i + 1 < actions.size()) post_receive(actions[i + 1]);
-      run_action(actions[i], i);
+    for (size_t i = 0; i < actions_.size(); ++i) {
+      if (i + 1 < actions_.size()) post_receive(actions_[i + 1]);
+      run_action(actions_[i], i);
     }
+    in_flight_.clear();  // forward-only: nothing waits for a backward
     transfers_.finish();
     result_.step_seconds = seconds_since(start);
     return result_;
@@ -73,6 +73,7 @@ class PipelineStage::Step {
   const std::vector<models::CausalLMInput>& inputs_;
   double loss_scale_;
   StageTransfers transfers_;
+  std::vector<Action> actions_;
   std::map<int64_t, size_t> last_weight_backward_;  // stage -> index of its last B or W
   std::map<std::pair<int64_t, int64_t>, InFlight> in_flight_;  // (micro-batch, stage)
   at::ScalarType dtype_;
@@ -114,7 +115,7 @@ class PipelineStage::Step {
     if (a.stage > 0) {
       f.input = transfers_.take({a.microbatch, a.stage, Direction::kActivation}, rank_of(a.stage - 1), boundary_shape(a.microbatch),
                                 dtype_);
-      f.input.requires_grad_(true);
+      f.input.requires_grad_(at::GradMode::is_enabled());
     }
     const auto start = Clock::now();
     f.out = p_.model_.forward_span(inputs_[static_cast<size_t>(a.microbatch)], f.input, span, p_.schedule_.splits_backward());
@@ -264,7 +265,19 @@ PipelineStepResult PipelineStage::run(const std::vector<models::CausalLMInput>& 
     throw UserError("pipeline: " + std::to_string(microbatches.size()) + " micro-batches given to a schedule of " +
                     std::to_string(schedule_.microbatches) + " (pp_microbatches)");
   }
-  Step step(*this, microbatches, loss_scale);
+  Step step(*this, microbatches, loss_scale, schedule_.per_rank[static_cast<size_t>(group_->rank())]);
+  return step.run();
+}
+
+PipelineStepResult PipelineStage::evaluate(const std::vector<models::CausalLMInput>& microbatches) {
+  // Each micro-batch through this rank's stages in model order: a topological order of the
+  // forwards on every rank, so blocking on each input cannot deadlock.
+  std::vector<Action> actions;
+  for (int64_t m = 0; m < static_cast<int64_t>(microbatches.size()); ++m) {
+    for (int64_t s = group_->rank(); s < schedule_.stages(); s += schedule_.ranks) actions.push_back({ActionKind::kForward, m, s});
+  }
+  at::NoGradGuard no_grad;
+  Step step(*this, microbatches, 1.0, std::move(actions));
   return step.run();
 }
 

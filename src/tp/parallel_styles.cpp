@@ -24,7 +24,7 @@ TensorParallelContext::TensorParallelContext(mesh::DeviceMesh tp_mesh)
 
 int64_t TensorParallelContext::global_size(const at::Tensor& local, int64_t dim) const {
   const auto it = sharded_dim_sizes.find(dim);
-  if (it != sharded_dim_sizes.end()) return it->second;
+  if (it != sharded_dim_sizes.end() && !pipeline_stage) return it->second;
   // Not sharded by a hook here (an input that arrives sharded): the ranks' lengths summed. The
   // same on every rank, since every rank runs the same hooks in the same order.
   at::Tensor total = at::full({1}, local.size(dim), at::kLong);

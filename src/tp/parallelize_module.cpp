@@ -16,6 +16,7 @@ ParameterLayouts parallelize_module(torch::nn::Module& root, const mesh::DeviceM
   }
   auto ctx = std::make_shared<TensorParallelContext>(tp_mesh);
   ctx->validate_placement = options.validate_placement;
+  ctx->pipeline_stage = options.pipeline_stage;
   // Match every key first, so hooks attached by one entry are never matched by the next.
   const auto modules = root.named_modules("", /*include_self=*/false);
   std::vector<std::vector<std::pair<std::string, torch::nn::Module*>>> matches;

@@ -40,6 +40,25 @@ std::string as_string(const std::string& key, const Value& v) {
   return v.node.Scalar();
 }
 
+std::vector<std::string> as_string_list(const std::string& key, const Value& v, const std::string& allowed) {
+  YAML::Node node = v.node;
+  if (node.IsScalar() && !node.Scalar().empty() && node.Scalar().front() == '[') {
+    try {
+      node = YAML::Load(node.Scalar());
+    } catch (const YAML::Exception&) {
+      bad_value(key, v, allowed);
+    }
+  }
+  if (node.IsScalar()) return {node.Scalar()};
+  if (!node.IsSequence()) bad_value(key, v, allowed);
+  std::vector<std::string> out;
+  for (const auto& e : node) {
+    if (!e.IsScalar()) bad_value(key, v, allowed);
+    out.push_back(e.Scalar());
+  }
+  return out;
+}
+
 std::string as_choice(const std::string& key, const Value& v, const std::vector<std::string>& choices) {
   std::string allowed;
   for (const auto& c : choices) allowed += (allowed.empty() ? "" : " | ") + c;

@@ -1,5 +1,6 @@
 // Reading one config value: where it came from (for messages) and its checked conversions
-// (bool, bounded integers and numbers, strings, one of a list of choices, a mapping). Every
+// (bool, bounded integers and numbers, strings, lists of strings, one of a list of choices, a
+// mapping). Every
 // failure is a UserError of one line: "<source>: <key>: <value> is not allowed; expected
 // <what>", the value cut to 120 characters (platform/suggest.h excerpt).
 #pragma once
@@ -27,6 +28,9 @@ bool as_bool(const std::string& key, const Value& v);
 int64_t as_int(const std::string& key, const Value& v, int64_t min, const std::string& allowed, int64_t max = kMaxCount);
 double as_float(const std::string& key, const Value& v, double lo, double hi, bool lo_open, bool hi_open, const std::string& allowed);
 std::string as_string(const std::string& key, const Value& v);
+// A list of strings: a YAML sequence of scalars, one scalar, or (from the command line) a
+// scalar holding a flow sequence such as [0-3, 4-7].
+std::vector<std::string> as_string_list(const std::string& key, const Value& v, const std::string& allowed);
 std::string as_choice(const std::string& key, const Value& v, const std::vector<std::string>& choices);
 // A mapping in YAML, or (as HF's command line passes it) a JSON string of one.
 YAML::Node as_mapping(const std::string& key, const Value& v);

@@ -5,12 +5,13 @@
 
 #include <algorithm>
 
+#include "pipeline_training.h"
 #include "train_step.h"
 
 namespace hyperparallel::train {
 
 double evaluate_loss(models::CausalLM& model, const std::vector<data::TrainingRow>& rows, int64_t pad_id, const EvalShare& share,
-                     comm::Communicator& world, std::vector<fsdp::FSDPModule>& units) {
+                     comm::Communicator& world, std::vector<fsdp::FSDPModule>& units, PipelineTraining* pipeline) {
   at::NoGradGuard no_grad;
   const int64_t n = static_cast<int64_t>(rows.size());
   const int64_t per_pass = share.dp * share.rows_per_micro_batch;
@@ -18,6 +19,7 @@ double evaluate_loss(models::CausalLM& model, const std::vector<data::TrainingRo
   data::TrainingRow silent = rows.empty() ? data::TrainingRow{} : rows[0];
   std::fill(silent.labels.begin(), silent.labels.end(), data::kIgnoreLabel);
   double loss_sum = 0, tokens = 0;
+  std::vector<models::CausalLMInput> staged;  // under pipeline parallelism: all passes, then through the stages
   for (int64_t p = 0; p < passes; ++p) {
     std::vector<const data::TrainingRow*> mine;
     for (int64_t k = 0; k < share.rows_per_micro_batch; ++k) {
@@ -25,9 +27,19 @@ double evaluate_loss(models::CausalLM& model, const std::vector<data::TrainingRo
       if (r < n) mine.push_back(&rows[r]);
     }
     if (mine.empty()) mine.push_back(&silent);
-    const models::CausalLMOutput out = model.forward(model_input(data::collate_rows(mine, pad_id), share.cp, share.cp_rank));
+    const models::CausalLMInput in = model_input(data::collate_rows(mine, pad_id), share.cp, share.cp_rank);
+    if (pipeline) {
+      staged.push_back(in);
+      continue;
+    }
+    const models::CausalLMOutput out = model.forward(in);
     loss_sum += out.lm_loss_sum.item<double>();
     tokens += static_cast<double>(out.label_tokens);  // this rank's share of the rows' label tokens
+  }
+  if (pipeline) {
+    const auto [sum, label_tokens] = pipeline->evaluate(staged);  // on the last stage's ranks
+    loss_sum = sum;
+    tokens = static_cast<double>(label_tokens);
   }
   for (auto& unit : units) unit.reshard();
   at::Tensor sums = at::tensor({loss_sum, tokens}, at::kDouble);

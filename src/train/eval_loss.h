@@ -8,7 +8,7 @@
 // data-parallel ranks in micro-batches of `per_device_eval_batch_size`; every rank runs the
 // same number of forwards (FSDP's all-gathers are collective), a rank with no rows left
 // running one row whose labels are all ignored; tensor-parallel ranks of one group take the
-// same rows. One all-reduce sums the losses and token counts. No gradients are kept, and
+// same rows (under pipeline parallelism the last stage's ranks count). One all-reduce sums the losses and token counts. No gradients are kept, and
 // every unit is resharded afterwards (a forward without backward leaves them gathered).
 #pragma once
 
@@ -28,8 +28,11 @@ struct EvalShare {
   int64_t cp = 1, cp_rank = 0;  // cp ranks take their share of each row's sequence
 };
 
-// Collective over `world`; every rank passes the same rows.
+class PipelineTraining;  // pipeline_training.h
+
+// Collective over `world`; every rank passes the same rows. With `pipeline` the passes go
+// through the pipeline's stages (forwards only).
 double evaluate_loss(models::CausalLM& model, const std::vector<data::TrainingRow>& rows, int64_t pad_id, const EvalShare& share,
-                     comm::Communicator& world, std::vector<fsdp::FSDPModule>& units);
+                     comm::Communicator& world, std::vector<fsdp::FSDPModule>& units, PipelineTraining* pipeline = nullptr);
 
 }  // namespace hyperparallel::train

@@ -10,6 +10,7 @@
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/tp/loss_parallel.h"
 #include "hyperparallel/tp/model_plans.h"
+#include "models/decoder.h"
 
 namespace hyperparallel::train {
 namespace {
@@ -51,6 +52,7 @@ fsdp::FullyShardOptions shard_options(const TrainConfig& c, const mesh::DeviceMe
 mesh::DeviceMesh compact_mesh(const mesh::ParallelDims& d, const std::shared_ptr<comm::Communicator>& world, bool fold_cp = false) {
   std::vector<int64_t> shape;
   std::vector<std::string> names;
+  if (d.pp > 1) shape.push_back(d.pp), names.push_back("pp");
   if (d.dp_replicate > 1) shape.push_back(d.dp_replicate), names.push_back("dp_replicate");
   shape.push_back(fold_cp ? d.dp_shard * d.cp : d.dp_shard), names.push_back(fold_cp ? "dp_shard_cp" : "dp_shard");
   if (d.cp > 1 && !fold_cp) shape.push_back(d.cp), names.push_back("cp");
@@ -66,6 +68,7 @@ mesh::DeviceMesh data_axes(const mesh::DeviceMesh& m, const mesh::ParallelDims& 
 mesh::DeviceMesh compact_expert_mesh(const mesh::ParallelDims& d, const std::shared_ptr<comm::Communicator>& world) {
   std::vector<int64_t> shape;
   std::vector<std::string> names;
+  if (d.pp > 1) shape.push_back(d.pp), names.push_back("pp");
   if (d.dp_replicate > 1) shape.push_back(d.dp_replicate), names.push_back("dp_replicate");
   shape.push_back(d.edp_shard), names.push_back("edp");
   shape.push_back(d.ep), names.push_back("ep");
@@ -89,22 +92,24 @@ void check_experts_fit(const models::ModelConfig& config, int64_t ep) {
 // gather E_(i-1) for the whole of its backward and gather itself only when needed. In backward
 // L_i's experts run first (the MoE block ends the layer), then its attention, then L_(i-1):
 // so L_i prefetches its own experts E_i, and E_i (or a dense L_i) the previous layer and its
-// experts, which then arrive while L_i's attention runs backward.
-void order_backward_prefetch(const models::ModelConfig& config, std::vector<fsdp::FSDPModule>& units, size_t expert_units) {
-  const int64_t layers = config.num_hidden_layers;
-  std::vector<std::optional<fsdp::FSDPModule>> experts_of(static_cast<size_t>(layers));
+// experts, which then arrive while L_i's attention runs backward. Over the layers this rank
+// holds (a pipeline stage holds some).
+void order_backward_prefetch(models::CausalLM& model, std::vector<fsdp::FSDPModule>& units, size_t expert_units) {
+  const auto& held = model.backbone().decoder_layers;
+  const size_t layers = held.size();
+  std::vector<std::optional<fsdp::FSDPModule>> experts_of(layers);
   size_t next = 0;
-  for (int64_t i = 0; i < layers && next < expert_units; ++i) {
-    if (config.is_moe_layer(i)) experts_of[static_cast<size_t>(i)] = units[next++];
+  for (size_t i = 0; i < layers && next < expert_units; ++i) {
+    if (model.config().is_moe_layer(held[i]->index())) experts_of[i] = units[next++];
   }
-  const auto layer = [&](int64_t i) { return units[expert_units + static_cast<size_t>(i)]; };
-  for (int64_t i = 0; i < layers; ++i) {
+  const auto layer = [&](size_t i) { return units[expert_units + i]; };
+  for (size_t i = 0; i < layers; ++i) {
     std::vector<fsdp::FSDPModule> previous;
     if (i > 0) {
       previous.push_back(layer(i - 1));
-      if (experts_of[static_cast<size_t>(i - 1)]) previous.push_back(*experts_of[static_cast<size_t>(i - 1)]);
+      if (experts_of[i - 1]) previous.push_back(*experts_of[i - 1]);
     }
-    if (auto& e = experts_of[static_cast<size_t>(i)]) {
+    if (auto& e = experts_of[i]) {
       layer(i).set_modules_to_backward_prefetch({*e});
       e->set_modules_to_backward_prefetch(previous);
     } else {
@@ -145,26 +150,28 @@ std::string activation_checkpoint_mode(const TrainConfig& c) {
 }
 
 ParallelLayout build_layout(const TrainConfig& c, const std::shared_ptr<comm::Communicator>& world) {
-  const int64_t n = world->size(), tp = c.accelerator.tp_size, cp = c.accelerator.cp_size;
-  if (n % (tp * cp) != 0) {
-    const std::string degrees = cp == 1 ? "accelerator.tp_size " + std::to_string(tp)
-                                        : "accelerator.tp_size " + std::to_string(tp) + " x cp_size " + std::to_string(cp) + " = " +
-                                              std::to_string(tp * cp);
+  const int64_t n = world->size(), tp = c.accelerator.tp_size, cp = c.accelerator.cp_size, pp = c.accelerator.pp_size;
+  if (n % (tp * cp * pp) != 0) {
+    std::string degrees = "accelerator.tp_size " + std::to_string(tp);
+    if (cp > 1) degrees += " x cp_size " + std::to_string(cp);
+    if (pp > 1) degrees += " x pp_size " + std::to_string(pp);
+    if (cp > 1 || pp > 1) degrees += " = " + std::to_string(tp * cp * pp);
     throw UserError(degrees + " does not divide the world size " + std::to_string(n) + "; use " +
-                    (cp == 1 ? "a divisor of it" : "degrees whose product divides it"));
+                    (cp == 1 && pp == 1 ? "a divisor of it" : "degrees whose product divides it"));
   }
-  const int64_t dp = n / (tp * cp);
+  const int64_t dp = n / (tp * cp * pp);
   const int64_t shard = c.fsdp_config.dp_shard_size == -1 ? dp : c.fsdp_config.dp_shard_size;
   if (shard > dp || dp % shard != 0) {
     throw UserError("fsdp_config.dp_shard_size: " + std::to_string(shard) + " does not divide the " + std::to_string(dp) +
                     " data-parallel ranks (world " + std::to_string(n) + " / tp_size " + std::to_string(tp) +
-                    (cp > 1 ? " / cp_size " + std::to_string(cp) : "") + "); use a divisor of it (the rest become replicas, HSDP) or -1 for all");
+                    (cp > 1 ? " / cp_size " + std::to_string(cp) : "") + (pp > 1 ? " / pp_size " + std::to_string(pp) : "") + "); use a divisor of it (the rest become replicas, HSDP) or -1 for all");
   }
   mesh::ParallelDims dims;
   dims.dp_replicate = dp / shard;
   dims.dp_shard = shard;
   dims.cp = cp;
   dims.tp = tp;
+  dims.pp = pp;
   dims.ep = c.accelerator.ep_size;
   dims.edp_shard = c.fsdp_config.edp_shard_size;
   try {
@@ -194,6 +201,7 @@ ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout,
     options.loss_parallel = c.accelerator.loss_parallel;
     tp::ParallelizeOptions mode;
     mode.validate_placement = c.validate_placement;
+    mode.pipeline_stage = layout.dims.pp > 1;
     tp::parallelize_module(model, layout.mesh["tp"], tp::plan_for(model.config(), layout.tp(), options), mode);
     if (options.loss_parallel) tp::enable_loss_parallel(model, layout.mesh["tp"]);
   }
@@ -238,7 +246,7 @@ ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout,
   const size_t expert_units = out.units.size();
   for (auto* layer : model.decoder_layers()) out.units.push_back(fsdp::fully_shard(*layer, shard));
   out.units.push_back(fsdp::fully_shard(model, shard));
-  if (expert_units > 0 && shard.backward_prefetch_depth > 0) order_backward_prefetch(model.config(), out.units, expert_units);
+  if (expert_units > 0 && shard.backward_prefetch_depth > 0) order_backward_prefetch(model, out.units, expert_units);
   return out;
 }
 

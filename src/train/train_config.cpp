@@ -268,18 +268,7 @@ const std::vector<KeyDef>& key_table() {
         {{"fsdp_config.mix_precision.reduce_dtype", "float32 | bfloat16", "float32", "dtype of gradient reductions"}, dtype(&MixPrecisionConfig::reduce_dtype)},
         {{"fsdp_config.mix_precision.output_dtype", "float32 | bfloat16", "float32", "dtype of the model's outputs"}, dtype(&MixPrecisionConfig::output_dtype)},
         {{"fsdp_config.enable_offload", "bool", "false", "keep sharded parameters and gradients in host memory"}, [](C& c, const std::string& k, const Value& v) { c.fsdp_config.enable_offload = as_bool(k, v); }},
-        {{"fsdp_config.replicate_params", "list of globs", "[]", "parameters kept whole on every rank, gradients all-reduced (e.g. \"*norm*\")"}, [](C& c, const std::string& k, const Value& v) {
-           c.fsdp_config.replicate_params.clear();
-           if (v.node.IsScalar()) {
-             c.fsdp_config.replicate_params.push_back(v.node.Scalar());
-             return;
-           }
-           if (!v.node.IsSequence()) bad_value(k, v, "a list of glob patterns");
-           for (const auto& e : v.node) {
-             if (!e.IsScalar()) bad_value(k, v, "a list of glob patterns");
-             c.fsdp_config.replicate_params.push_back(e.Scalar());
-           }
-         }},
+        {{"fsdp_config.replicate_params", "list of globs", "[]", "parameters kept whole on every rank, gradients all-reduced (e.g. \"*norm*\")"}, [](C& c, const std::string& k, const Value& v) { c.fsdp_config.replicate_params = as_string_list(k, v, "a list of glob patterns"); }},
         // accelerator
         {{"accelerator.tp_size", "int >= 1", "1", "tensor parallel degree: attention heads and MLP features split over tp ranks (docs/tp.md)"}, parallel_degree(&AcceleratorConfig::tp_size)},
         {{"accelerator.sequence_parallel", "bool", "false", "with tp_size > 1: norms and the residual stream sharded over the sequence"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.sequence_parallel = as_bool(k, v); }},
@@ -288,7 +277,11 @@ const std::vector<KeyDef>& key_table() {
         {{"accelerator.cp_algorithm", "ulysses | allgather | ring | hybrid", "ring", "with cp_size > 1: ulysses (all-to-all to head-sharded; heads and kv heads per tp rank divide by it), allgather (K/V gathered), ring (K/V blocks passed around, online softmax), hybrid (Ulysses groups of ulysses_degree inside a ring)"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.cp_algorithm = as_choice(k, v, {"ulysses", "allgather", "ring", "hybrid"}); }},
         {{"accelerator.ulysses_degree", "int >= 0", "0", "with cp_size > 1: ranks per Ulysses group; 0 = the algorithm's own (cp_size for ulysses, 1 for allgather and ring); hybrid needs 1 < it < cp_size dividing cp_size; allgather with it > 1 gathers K/V between Ulysses groups"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.ulysses_degree = as_int(k, v, 0, "an integer >= 0"); }},
         {{"accelerator.ep_size", "int >= 1", "1", "expert parallel degree: the experts of each MoE layer divided over this many ranks, tokens sent to them by all-to-all (docs/ep.md); must divide num_experts and dp_shard_size x cp_size x tp_size"}, parallel_degree(&AcceleratorConfig::ep_size)},
-        {{"accelerator.pp_size", "int >= 1", "1", "pipeline parallel degree (> 1 not supported yet)"}, parallel_degree(&AcceleratorConfig::pp_size)},
+        {{"accelerator.pp_size", "int >= 1", "1", "pipeline parallel degree: the decoder layers split into stages over this many ranks, activations and gradients passed between them (docs/pp.md); outermost axis of the mesh"}, parallel_degree(&AcceleratorConfig::pp_size)},
+        {{"accelerator.pp_microbatches", "int >= 1 or null", "null", "with pp_size > 1: micro-batches of per_device_train_batch_size rows per step through the pipeline (the step's gradient accumulation); null: gradient_accumulation_steps"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.pp_microbatches = as_int(k, v, 1, "an integer >= 1"); }},
+        {{"accelerator.pp_schedule", "gpipe | 1f1b | interleaved_1f1b | zero_bubble", "1f1b", "with pp_size > 1: the order of forwards and backwards on each rank (docs/pp.md)"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.pp_schedule = as_choice(k, v, {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"}); }},
+        {{"accelerator.pp_virtual_stages", "int >= 1", "1", "with pp_schedule interleaved_1f1b: stages per rank (rank r holds stages r, r + pp_size, ...); pp_microbatches a multiple of pp_size"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.pp_virtual_stages = as_int(k, v, 1, "an integer >= 1"); }},
+        {{"accelerator.pp_layers", "list of layer ranges", "[]", "with pp_size > 1: each stage's decoder layers in order, e.g. [0-7, 8-15] (inclusive); []: balanced, the embedding and the head counted as a layer each"}, [](C& c, const std::string& k, const Value& v) { c.accelerator.pp_layers = as_string_list(k, v, "a list of layer ranges like 0-7"); }},
         // activation checkpointing
         {{"activation_checkpoint.mode", "off | full | selective", "off", "full: each checkpointed decoder layer keeps only its input in forward and runs again in backward; selective: only the attention core (scores, softmax) is recomputed, the T x T term; same numbers, less memory, more compute (docs/memory.md)"}, [](C& c, const std::string& k, const Value& v) { c.activation_checkpoint.mode = as_choice(k, v, {"off", "full", "selective"}); }},
         {{"activation_checkpoint.every", "int >= 1", "1", "checkpoint decoder layers 0, every, 2 x every, ... (1: all)"}, [](C& c, const std::string& k, const Value& v) { c.activation_checkpoint.every = as_int(k, v, 1, "an integer >= 1"); }},
@@ -457,8 +450,13 @@ void check_combinations(const TrainConfig& c) {
             "heldout_eval_samples answers chat prompts of the built-in synthetic datasets, which stage pt does not train on; set heldout_eval_samples: 0");
   }
   const AcceleratorConfig& a = c.accelerator;
-  require(a.pp_size == 1, "accelerator.pp_size: " + std::to_string(a.pp_size) +
-                              " is not supported yet; FSDP/HSDP (fsdp_config.dp_shard_size), tp_size, cp_size and ep_size are; set it to 1");
+  require(a.pp_size > 1 || (a.pp_schedule == "1f1b" && a.pp_virtual_stages == 1 && !a.pp_microbatches && a.pp_layers.empty()),
+          "accelerator.pp_schedule, pp_virtual_stages, pp_microbatches and pp_layers apply with pipeline parallelism (pp_size > 1); set pp_size or remove them");
+  require(a.pp_virtual_stages == 1 || a.pp_schedule == "interleaved_1f1b",
+          "accelerator.pp_virtual_stages > 1 needs pp_schedule: interleaved_1f1b (the other schedules run one stage per rank)");
+  require(!a.pp_microbatches || c.gradient_accumulation_steps == 1 || c.gradient_accumulation_steps == *a.pp_microbatches,
+          "accelerator.pp_microbatches " + std::to_string(a.pp_microbatches.value_or(0)) + " and gradient_accumulation_steps " +
+              std::to_string(c.gradient_accumulation_steps) + " both set a step's micro-batches; give one of them");
   require(a.cp_size > 1 || (a.cp_algorithm == "ring" && a.ulysses_degree == 0),
           "accelerator.cp_algorithm and ulysses_degree apply with context parallelism (cp_size > 1); set cp_size or remove them");
   if (a.cp_size > 1) {

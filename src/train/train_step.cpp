@@ -13,6 +13,7 @@
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/models/causal_lm.h"
 #include "models/moe.h"
+#include "pipeline_training.h"
 
 namespace hyperparallel::train {
 namespace {
@@ -32,31 +33,32 @@ models::CausalLMInput model_input(const data::TokenBatch& batch, int64_t cp, int
   return cp > 1 ? cp::shard_sequence(in, cp, cp_rank) : in;
 }
 
-namespace {
+at::Tensor routing_vector(const models::RoutingSums& own) {
+  return at::cat({own.counts.detach().reshape({-1}).to(at::kDouble), own.prob_sums.detach().to(at::kDouble),
+                  at::full({1}, own.tokens, at::kDouble)});
+}
 
-// The global-scope load-balancing term of one micro-batch: its value over the pooled tokens of
-// every rank, and the part this rank backpropagates (see train_step.h).
-struct PooledAux {
-  double value = 0;
-  at::Tensor own_part;
-};
-
-PooledAux pooled_aux_loss(const StepSetup& s, const models::CausalLMOutput& out, const at::Tensor& attention_mask) {
-  const models::ModelConfig& config = s.model.config();
-  const models::RoutingSums own = models::routing_sums(out.router_logits, config.num_experts, config.num_experts_per_tok, attention_mask);
-  const int64_t slots = own.counts.numel(), experts = config.num_experts;
-  at::Tensor pooled = at::cat({own.counts.detach().reshape({-1}).to(at::kDouble), own.prob_sums.detach().to(at::kDouble),
-                               at::full({1}, own.tokens, at::kDouble)});
-  s.world.all_reduce(pooled).wait();
-  pooled /= static_cast<double>(s.tp);  // the ranks of a tensor-parallel group route the same tokens
+PooledAux pooled_aux(at::Tensor pooled, const at::Tensor& own_prob_sums, int64_t experts, int64_t tp) {
+  pooled = pooled / static_cast<double>(tp);  // the ranks of a tensor-parallel group route the same tokens
+  const int64_t slots = pooled.numel() - experts - 1;
   const at::Tensor per_expert = pooled.narrow(0, 0, slots).view({-1, experts}).sum(0);  // summed over the top-k slots
   const at::Tensor prob_sums = pooled.narrow(0, slots, experts);
   const double tokens = std::max(pooled[slots + experts].item<double>(), 1.0);
   const double scale = static_cast<double>(experts) / (tokens * tokens);
   PooledAux aux;
   aux.value = (per_expert * prob_sums).sum().item<double>() * scale;
-  aux.own_part = (per_expert.to(own.prob_sums.scalar_type()) * own.prob_sums).sum() * scale;
+  aux.own_part = (per_expert.to(own_prob_sums.scalar_type()) * own_prob_sums).sum() * scale;
   return aux;
+}
+
+namespace {
+
+PooledAux pooled_aux_loss(const StepSetup& s, const models::CausalLMOutput& out, const at::Tensor& attention_mask) {
+  const models::ModelConfig& config = s.model.config();
+  const models::RoutingSums own = models::routing_sums(out.router_logits, config.num_experts, config.num_experts_per_tok, attention_mask);
+  at::Tensor pooled = routing_vector(own);
+  s.world.all_reduce(pooled).wait();
+  return pooled_aux(pooled, own.prob_sums, config.num_experts, s.tp);
 }
 
 }  // namespace
@@ -73,10 +75,20 @@ StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& g
   const double aux_coef = s.model.config().router_aux_loss_coef;
   double local_loss_sum = 0, aux_sum = 0;  // aux_sum: global values (same on every rank), or this rank's own
   ep::take_expert_load(s.model);            // count this step's routed pairs only
-  for (int64_t m = 0; m < s.accumulation; ++m) {
+  const auto micro_batch = [&](int64_t m) {
     std::vector<const data::TrainingRow*> mine;
     for (int64_t r : data::GlobalBatchSampler::rank_micro_batch(global, s.dp_rank, s.dp, m, s.accumulation)) mine.push_back(&data.rows[r]);
-    const models::CausalLMInput in = model_input(data::collate_rows(mine, data.pad_id), s.cp, s.cp_rank);
+    return model_input(data::collate_rows(mine, data.pad_id), s.cp, s.cp_rank);
+  };
+  if (s.pipeline) {
+    std::vector<models::CausalLMInput> inputs;
+    for (int64_t m = 0; m < s.accumulation; ++m) inputs.push_back(micro_batch(m));
+    const PipelineTraining::Outcome done = s.pipeline->run(inputs, 1.0 / denominator, aux_coef / static_cast<double>(s.accumulation));
+    local_loss_sum = done.lm_loss_sum;
+    aux_sum = done.aux_sum;
+  }
+  for (int64_t m = 0; m < s.accumulation && !s.pipeline; ++m) {
+    const models::CausalLMInput in = micro_batch(m);
     s.root.set_requires_gradient_sync(m == s.accumulation - 1);
     const models::CausalLMOutput out = s.model.forward(in);
     at::Tensor loss = out.lm_loss_sum / denominator;

@@ -25,6 +25,7 @@
 
 #include "hyperparallel/comm/communicator.h"
 #include "hyperparallel/models/causal_lm.h"
+#include "models/moe.h"
 #include "train_data.h"
 
 namespace torch::optim {
@@ -38,6 +39,8 @@ class FSDPModule;
 }
 
 namespace hyperparallel::train {
+
+class PipelineTraining;  // pipeline_training.h
 
 // What every step of a run uses; fixed for the run.
 struct StepSetup {
@@ -59,6 +62,9 @@ struct StepSetup {
   // own initial lr scaled alike (Muon's group has its own).
   double base_lr = 0;
   std::vector<double> group_lr = {};
+  // Pipeline parallelism: the micro-batches (accumulation of them) go through this rank's
+  // stages by the schedule instead of one after another through the whole model.
+  PipelineTraining* pipeline = nullptr;
 };
 
 struct StepOutcome {
@@ -73,6 +79,16 @@ struct StepOutcome {
 // A collated batch as the model's input (ids, labels, mask, positions); with cp > 1 this cp
 // rank's share of its rows (cp::shard_sequence).
 models::CausalLMInput model_input(const data::TokenBatch& batch, int64_t cp = 1, int64_t cp_rank = 0);
+
+// The global-scope load-balancing term of one micro-batch (see above): its value over the
+// pooled tokens, and the part this rank backpropagates. `pooled` is routing_vector summed over
+// the ranks; own_prob_sums this rank's (with gradient).
+struct PooledAux {
+  double value = 0;
+  at::Tensor own_part;
+};
+at::Tensor routing_vector(const models::RoutingSums& own);  // counts, prob_sums, tokens (fp64, detached)
+PooledAux pooled_aux(at::Tensor pooled, const at::Tensor& own_prob_sums, int64_t experts, int64_t tp);
 
 // One step on `global_rows` (the sampler's global batch) at learning rate `lr`.
 StepOutcome run_optimizer_step(const StepSetup& setup, const std::vector<int64_t>& global_rows, double lr);

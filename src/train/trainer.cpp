@@ -23,6 +23,7 @@
 #include "hyperparallel/optim/state_file.h"
 #include "hyperparallel/platform/cpu_features.h"
 #include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/pp/stage_split.h"
 #include "hyperparallel/train/checkpoint.h"
 #include "hyperparallel/train/lr_schedule.h"
 #include "eval_loss.h"
@@ -31,6 +32,7 @@
 #include "optimizer_setup.h"
 #include "output_dir.h"
 #include "parallelize.h"
+#include "pipeline_training.h"
 #include "train_data.h"
 #include "train_metrics.h"
 #include "tensorboard_writer.h"
@@ -82,8 +84,14 @@ double evaluate_and_report(const char* when, models::CausalLM& model, const Trai
 }
 
 // The model as a Hugging Face folder in output_dir, like transformers' Trainer at the end.
-void export_model(models::CausalLM& model, const TrainConfig& c, const data::Tokenizer& tokenizer, bool leader) {
-  models::save_pretrained(model, c.output_dir);
+void export_model(models::CausalLM& model, const TrainConfig& c, const data::Tokenizer& tokenizer, bool leader,
+                  PipelineTraining* pipeline) {
+  if (pipeline) {
+    const auto full = pipeline->gather_parameters();  // the stages' parameters, on rank 0
+    if (leader) models::save_pretrained(model.config(), full, c.output_dir);
+  } else {
+    models::save_pretrained(model, c.output_dir);
+  }
   if (!leader) return;
   data::copy_tokenizer_files(tokenizer_dir(c), c.output_dir);
   if (!c.chat_template.empty()) add_missing_chat_template(c.output_dir, chat_template_for(c, tokenizer));
@@ -179,6 +187,11 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   const bool from_folder = !models::is_debug_flavour(c.model_name_or_path);
   load.deferred_init = from_folder;
   auto model = models::AutoModelForCausalLM::from_pretrained(c.model_name_or_path, load);
+  std::optional<PipelinePlan> pipeline_plan;  // each rank keeps its stages before loading or sharding anything
+  if (layout.dims.pp > 1) {
+    pipeline_plan = plan_pipeline(c, model->config());
+    pp::keep_stages(*model, pipeline_plan->split, layout.mesh.local_rank("pp"), layout.dims.pp);
+  }
   const int64_t vocab = model->config().vocab_size;
   for (const auto& row : data.rows) {
     const int64_t top = *std::max_element(row.input_ids.begin(), row.input_ids.end());
@@ -193,18 +206,21 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   root.set_reduce_op_type("sum");  // each micro-batch loss is already divided by the global token count
   root.set_reshard_after_backward(c.fsdp_config.reshard_after_backward);
   if (from_folder) models::load_pretrained_weights(*model, c.model_name_or_path);
+  std::unique_ptr<PipelineTraining> pipeline;
+  if (pipeline_plan) pipeline = std::make_unique<PipelineTraining>(*model, *pipeline_plan, layout, root, world, c);
   if (!c.do_train) {  // load, evaluate, export
     TrainResult result;
     if (c.heldout_eval_samples > 0) result.heldout_accuracy_after = evaluate_and_report("without", *model, data, c, layout, *world, units, log);
-    export_model(*model, c, *data.tokenizer, leader);
+    export_model(*model, c, *data.tokenizer, leader, pipeline.get());
     if (leader) log << "do_train is false: exported the model to " << c.output_dir << " without training\n";
     return result;
   }
   auto optimizer = make_optimizer(c, *model, world);
   if (!c.optimizer_offload_dir.empty()) optimizer->offload_state(c.optimizer_offload_dir);
-  StepSetup step_setup{*model, root, *optimizer, *world, data, model->parameters(), {}, c.gradient_accumulation_steps,
-                       dp, dp_rank, tp, c.max_grad_norm};
-  step_setup.norm_weights = fsdp::gradient_norm_weights(*model, world->size());
+  const int64_t accum = pipeline ? pipeline_microbatches(c) : c.gradient_accumulation_steps, per_device = c.per_device_train_batch_size;
+  StepSetup step_setup{*model, root, *optimizer, *world, data, model->parameters(), {}, accum, dp, dp_rank, tp, c.max_grad_norm};
+  step_setup.norm_weights = pipeline ? pipeline->norm_weights(world->size()) : fsdp::gradient_norm_weights(*model, world->size());
+  step_setup.pipeline = pipeline.get();
   step_setup.global_aux_loss = c.moe_aux_loss_scope == "global";
   step_setup.base_lr = c.learning_rate;
   for (const auto& group : optimizer->param_groups()) {
@@ -214,7 +230,6 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   step_setup.cp_rank = layout.cp_rank();
   const bool moe = model->config().num_experts > 0;
 
-  const int64_t accum = c.gradient_accumulation_steps, per_device = c.per_device_train_batch_size;
   const data::GlobalBatchSampler sampler(static_cast<int64_t>(data.rows.size()), per_device * accum * dp,
                                          static_cast<uint64_t>(c.seed));
   const int64_t total_steps = c.max_steps > 0 ? c.max_steps
@@ -269,6 +284,11 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     if (layout.expert_mesh) {
       log << "experts: " << layout.expert_mesh->to_string() << ", " << model->config().num_experts / layout.dims.ep
           << " experts per rank in each MoE layer\n";
+    }
+    if (pipeline) {
+      const pp::PipelineSchedule& ps = pipeline->plan().schedule;
+      log << "pipeline: " << ps.ranks << " ranks x " << ps.virtual_stages << " stages each, layers " << pp::to_string(pipeline->plan().split)
+          << ", " << ps.name << " over " << ps.microbatches << " micro-batches of " << per_device << " rows\n";
     }
     if (layout.cp() > 1) {
       const cp::ContextParallelOptions o{c.accelerator.cp_algorithm, c.accelerator.ulysses_degree, tp};
@@ -335,7 +355,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   const EvalShare eval_share{c.per_device_eval_batch_size, dp, dp_rank, tp, layout.cp(), layout.cp_rank()};
   const auto run_eval = [&](int64_t steps_done) {
     const auto t = Clock::now();
-    const double eval_loss = evaluate_loss(*model, data.eval_rows, data.pad_id, eval_share, *world, units);
+    const double eval_loss = evaluate_loss(*model, data.eval_rows, data.pad_id, eval_share, *world, units, pipeline.get());
     const double seconds = std::max(1e-9, std::chrono::duration<double>(Clock::now() - t).count());
     result.eval_losses.emplace_back(steps_done, eval_loss);
     if (!leader) return;
@@ -432,7 +452,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   screen.finish();
   result.steps = total_steps;
   result.first_step = start_step;
-  export_model(*model, c, *data.tokenizer, leader);
+  export_model(*model, c, *data.tokenizer, leader, pipeline.get());
   const double train_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   if (c.heldout_eval_samples > 0) result.heldout_accuracy_after = evaluate_and_report("after", *model, data, c, layout, *world, units, log);
 

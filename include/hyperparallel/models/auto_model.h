@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,5 +52,9 @@ struct SaveOptions {
 // is collective (every rank calls; rank 0 gathers and writes). Returns the files written
 // (empty on ranks that do not write).
 std::vector<std::string> save_pretrained(CausalLM& model, const std::string& dir, const SaveOptions& options = {});
+// The same from every parameter of a `config` model, whole, gathered by the caller (e.g. from
+// pipeline stages); not collective. UserError when one is missing.
+std::vector<std::string> save_pretrained(const ModelConfig& config, const std::map<std::string, at::Tensor>& parameters,
+                                         const std::string& dir, const SaveOptions& options = {});
 
 }  // namespace hyperparallel::models

@@ -75,6 +75,9 @@ class PipelineStage {
   // One step: every micro-batch through this rank's actions. UserError when the count is not
   // the schedule's.
   PipelineStepResult run(const std::vector<models::CausalLMInput>& microbatches, double loss_scale);
+  // Forwards only, without gradients (evaluation): any number of micro-batches, each through
+  // every stage in turn; the loss sums land on the last stage's rank.
+  PipelineStepResult evaluate(const std::vector<models::CausalLMInput>& microbatches);
 
   const PipelineSchedule& schedule() const { return schedule_; }
   const std::vector<models::ModelSpan>& split() const { return split_; }

@@ -45,6 +45,9 @@ struct TensorParallelContext {
   std::map<int64_t, int64_t> sharded_dim_sizes;  // dim -> global length
   // Validation mode (tp/placement_checks.h): every boundary's placement is measured and checked.
   bool validate_placement = false;
+  // A pipeline stage's model: its input may arrive sequence-sharded from the previous stage, so
+  // no earlier shard of this forward recorded the length; it is always summed over the ranks.
+  bool pipeline_stage = false;
   std::map<std::string, std::string> styles;  // module path -> the plan's styles for it, for messages
   // The global length of `dim` for a local tensor sharded on it.
   int64_t global_size(const at::Tensor& local, int64_t dim) const;

@@ -53,6 +53,12 @@ struct AcceleratorConfig {
   bool loss_parallel = false;
   std::string cp_algorithm = "ring";  // ulysses | allgather | ring | hybrid (cp/context_parallel.h)
   int64_t ulysses_degree = 0;          // 0: the algorithm's own
+  // Pipeline parallelism (pp/): micro-batches per step (unset: gradient_accumulation_steps),
+  // schedule, stages per rank, explicit layer ranges per stage (empty: balanced).
+  std::optional<int64_t> pp_microbatches;
+  std::string pp_schedule = "1f1b";
+  int64_t pp_virtual_stages = 1;
+  std::vector<std::string> pp_layers;
 };
 
 // Activation checkpointing (models/activation_checkpoint.h).
