@@ -59,8 +59,16 @@ class PipelineStage::Step {
   PipelineStepResult run() {
     const auto start = Clock::now();
     for (size_t i = 0; i < actions_.size(); ++i) {
-      if (i + 1 < actions_.size()) post_receive(actions_[i + 1]);
-      run_action(actions_[i], i);
+      try {
+        if (i + 1 < actions_.size()) post_receive(actions_[i + 1]);
+        run_action(actions_[i], i);
+      } catch (const UserError& e) {
+        throw UserError(where(actions_[i]) + e.what());
+      } catch (const comm::CommError& e) {
+        throw comm::CommError(where(actions_[i]) + e.what());
+      } catch (const std::exception& e) {
+        throw std::runtime_error(where(actions_[i]) + e.what());
+      }
     }
     in_flight_.clear();  // forward-only: nothing waits for a backward
     transfers_.finish();
@@ -80,6 +88,12 @@ class PipelineStage::Step {
   PipelineStepResult result_;
 
   int64_t stages() const { return p_.schedule_.stages(); }
+  // "pipeline stage 1 (pp rank 1), B of micro-batch 3: " for a failure inside an action.
+  std::string where(const Action& a) const {
+    static const char* kNames[] = {"F", "B", "I", "W"};
+    return "pipeline stage " + std::to_string(a.stage) + " (pp rank " + std::to_string(p_.group_->rank()) + "), " +
+           kNames[static_cast<int>(a.kind)] + " of micro-batch " + std::to_string(a.microbatch) + ": ";
+  }
   int rank_of(int64_t stage) const { return static_cast<int>(p_.schedule_.rank_of(stage)); }
   std::vector<int64_t> boundary_shape(int64_t mb) const {
     const models::CausalLMInput& in = inputs_[static_cast<size_t>(mb)];

@@ -14,9 +14,9 @@ int StageTransfers::tag(const TransferId& id) const {
 
 std::string StageTransfers::describe(const TransferId& id, int peer) const {
   const bool activation = id.direction == Direction::kActivation;
-  return "pipeline stage " + std::to_string(id.stage) + " (pp rank " + std::to_string(group_->rank()) + ") waiting for the " +
-         (activation ? "activations" : "gradients") + " of micro-batch " + std::to_string(id.microbatch) + " from stage " +
-         std::to_string(activation ? id.stage - 1 : id.stage + 1) + " on pp rank " + std::to_string(peer);
+  return std::string("waiting for the ") + (activation ? "activations" : "gradients") + " of micro-batch " +
+         std::to_string(id.microbatch) + " from stage " + std::to_string(activation ? id.stage - 1 : id.stage + 1) + " on pp rank " +
+         std::to_string(peer);
 }
 
 void StageTransfers::post(const TransferId& id, int src, const std::vector<int64_t>& shape, at::ScalarType dtype) {
@@ -69,7 +69,7 @@ void StageTransfers::finish() {
     try {
       pending.handle.wait();
     } catch (const comm::CommError& e) {
-      throw comm::CommError("pipeline: pp rank " + std::to_string(group_->rank()) + " sending to the next or previous stage: " + e.what());
+      throw comm::CommError("pipeline: pp rank " + std::to_string(group_->rank()) + " sending to a neighbouring stage: " + e.what());
     }
   }
   sent_.clear();

@@ -6,7 +6,7 @@
 // posted ahead (post) and taken when needed (take); sends are asynchronous and kept alive
 // until finish() waits for them at the end of the step. A peer on the same rank (one rank
 // holding consecutive stages) hands the tensor over directly. Failures come back as CommError
-// naming the stage and micro-batch waited for.
+// naming what was waited for: the micro-batch, the stage and the pp rank it comes from.
 #pragma once
 
 #include <ATen/core/Tensor.h>

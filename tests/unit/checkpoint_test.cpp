@@ -200,6 +200,42 @@ TEST(Checkpoint, ContextParallelCheckpointsLoadOnAnyLayout) {
   for (const auto& dir : {full, same, cp4, fsdp4, one}) fs::remove_all(dir);
 }
 
+// Pipeline stages save their own parameters; the checkpoint of pp2 x FSDP2 resumes exactly on
+// its own layout and within 1e-5 on pp4, on plain FSDP2 and on one process; every export (the
+// stages gathered to rank 0) holds the same weights.
+TEST(Checkpoint, PipelineCheckpointsLoadOnAnyPipelineSize) {
+  const std::string full = temp_dir("pp2_fsdp2");
+  const std::vector<std::string> pp_layout = {"per_device_train_batch_size=2", "gradient_accumulation_steps=2", "accelerator.pp_size=2"};
+  train_on(4, full, pp_layout);
+  const std::string from = full + "/checkpoint-8";
+  const std::string same = temp_dir("same_pp"), pp4 = temp_dir("pp4"), fsdp2 = temp_dir("fsdp2_from_pp"), one = temp_dir("one_pp");
+  std::vector<std::string> resume_same = pp_layout;
+  resume_same.push_back("resume_from_checkpoint=" + from);
+  train_on(4, same, resume_same);
+  train_on(4, pp4, {"per_device_train_batch_size=2", "gradient_accumulation_steps=4", "accelerator.pp_size=4",
+                    "resume_from_checkpoint=" + from});
+  train_on(2, fsdp2, {"per_device_train_batch_size=4", "resume_from_checkpoint=" + from});
+  train_on(1, one, {"per_device_train_batch_size=8", "resume_from_checkpoint=" + from});
+
+  EXPECT_EQ(parameter_elements_written(from), hp::models::debug_flavour_config("qwen3-debug").parameter_count());
+  const auto reference = logged_losses(full);
+  ASSERT_EQ(reference.size(), 12u);
+  for (const auto& [step, loss] : logged_losses(same)) EXPECT_EQ(loss, reference.at(step)) << "step " << step;
+  for (const auto& dir : {pp4, fsdp2, one}) {
+    SCOPED_TRACE(dir);
+    const auto resumed = logged_losses(dir);
+    ASSERT_EQ(resumed.size(), 4u);
+    for (const auto& [step, loss] : resumed) EXPECT_NEAR(loss, reference.at(step), 1e-5 * reference.at(step)) << "step " << step;
+  }
+  const auto a = hp::io::SafetensorsFile(one + "/model.safetensors");
+  for (const auto& dir : {full, same, pp4}) {
+    const auto b = hp::io::SafetensorsFile(dir + "/model.safetensors");
+    ASSERT_EQ(a.entries().size(), b.entries().size()) << dir;
+    for (const auto& e : a.entries()) EXPECT_TRUE(at::allclose(a.read(e.name), b.read(e.name), 1e-5, 1e-6)) << dir << " " << e.name;
+  }
+  for (const auto& dir : {full, same, pp4, fsdp2, one}) fs::remove_all(dir);
+}
+
 // optim: muon keeps each matrix's momentum as AdamW's exp_avg: a checkpoint of FSDP2 resumes
 // exactly on FSDP2 and within 1e-5 on one process.
 TEST(Checkpoint, MuonCheckpointsResume) {

@@ -170,6 +170,30 @@ TEST(Reliability, ARankFailingInForwardBackwardACollectiveOrASaveStopsTheJobNami
   fs::remove_all(out);
 }
 
+// A pipeline stage that fails (an exception in a send of its backward, or killed in a receive)
+// ends the 2-stage job within a minute, naming the stage or the rank; nobody hangs in a recv.
+TEST(Reliability, AFailedPipelineStageEndsTheJobNamingIt) {
+  const std::string out = ::testing::TempDir() + "hp_reliability_pipeline";
+  for (const auto& [spec, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"1:send:3:throw", "pipeline stage 1 (pp rank 1), B of micro-batch"}, {"0:recv:4:kill", "rank 0 (pid"}}) {
+    SCOPED_TRACE(spec);
+    fs::remove_all(out);
+    hp::testing::SubprocessOptions options{std::chrono::seconds(120), {{"HP_FAULT_INJECT", spec}}};
+    const auto result = hp::testing::run_subprocess(
+        {HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--heldout_eval_samples=0", "--max_steps=30",
+         "--nproc_per_node=2", "--accelerator.pp_size=2", "--gradient_accumulation_steps=2", "--fsdp_config.dp_shard_size=-1",
+         "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer", "--output_dir=" + out},
+        options);
+    EXPECT_NE(result.exit_code, 0) << result.output;
+    EXPECT_LT(result.seconds, 60) << result.output;
+    EXPECT_NE(result.output.find("injected fault: rank " + spec.substr(0, 1)), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find(expected), std::string::npos) << result.output;
+    EXPECT_TRUE(hp::testing::processes_with(out).empty()) << "a rank outlived the job";
+    std::cout << spec << ": job ended after " << result.seconds << " s\n";
+  }
+  fs::remove_all(out);
+}
+
 TEST(Reliability, ABadFaultSpecIsAUserError) {
   const std::string out = ::testing::TempDir() + "hp_reliability_bad_fault";
   for (const auto& [spec, expected] : std::vector<std::pair<std::string, std::string>>{

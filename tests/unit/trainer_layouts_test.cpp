@@ -266,7 +266,8 @@ TEST(Trainer, EvalLossMatchesThePlainModelOnEveryLayout) {
   const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
       {"eval_one_process", 1, {"per_device_train_batch_size=8"}},
       {"eval_fsdp2_accum2", 2, {"per_device_train_batch_size=2", "gradient_accumulation_steps=2"}},
-      {"eval_fsdp2_tp2", 4, {"per_device_train_batch_size=4", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}}};
+      {"eval_fsdp2_tp2", 4, {"per_device_train_batch_size=4", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}},
+      {"eval_pp2_fsdp2", 4, {"per_device_train_batch_size=2", "gradient_accumulation_steps=2", "accelerator.pp_size=2"}}};
   std::vector<std::vector<std::pair<int64_t, double>>> got;
   for (const auto& [name, ranks, layout] : layouts) {
     std::vector<std::string> overrides = base_overrides(temp_dir(name));
