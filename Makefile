@@ -57,6 +57,8 @@ bench: build
 	scripts/bench_fsdp.sh $(BUILD_DIR)
 	scripts/bench_tp.sh $(BUILD_DIR)
 	scripts/bench_ep.sh $(BUILD_DIR)
+	scripts/bench_cp.sh $(BUILD_DIR)
+	scripts/bench_pp.sh $(BUILD_DIR)
 	scripts/bench_memory.sh $(BUILD_DIR)
 	scripts/bench_models.sh $(BUILD_DIR)
 	scripts/bench_tokenizer.sh $(BUILD_DIR)

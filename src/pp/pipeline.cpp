@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
@@ -150,6 +151,7 @@ class PipelineStage::Step {
     if (p_.hooks_.after_forward) p_.hooks_.after_forward(a.microbatch, a.stage, f.out);
     result_.busy_seconds += seconds_since(start);
     in_flight_[{a.microbatch, a.stage}] = std::move(f);
+    result_.peak_in_flight = std::max(result_.peak_in_flight, static_cast<int64_t>(in_flight_.size()));
   }
 
   InFlight& held(const Action& a) {

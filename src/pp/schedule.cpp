@@ -74,12 +74,13 @@ PipelineSchedule interleaved(int64_t p, int64_t m, int64_t v) {
 
 // ZB-H1 by list scheduling in unit time (F = I = W = 1, no communication time): a free rank
 // runs, in priority, the next input-gradient pass whose gradient has arrived, else the next
-// forward while it holds fewer than ranks - r micro-batches (1F1B's bound), else its oldest
-// deferred weight-gradient pass.
+// forward while fewer than ranks - r micro-batches wait for their I (1F1B's order) and fewer
+// than `ranks` for their W (a micro-batch's activations stay until its W: 1F1B's peak
+// memory, rank 0's), else its oldest deferred weight-gradient pass.
 PipelineSchedule zero_bubble(int64_t p, int64_t m) {
   PipelineSchedule s = empty("zero_bubble", p, m, 1);
   std::map<std::pair<int64_t, int64_t>, int64_t> forward_done, input_done;  // (mb, stage) -> finish time
-  std::vector<int64_t> next_forward(p, 0), next_input(p, 0);
+  std::vector<int64_t> next_forward(p, 0), next_input(p, 0), weights_done(p, 0);
   std::vector<std::deque<int64_t>> weights(p);
   const auto done_by = [](const std::map<std::pair<int64_t, int64_t>, int64_t>& m, int64_t mb, int64_t stage, int64_t t) {
     auto it = m.find({mb, stage});
@@ -92,7 +93,7 @@ PipelineSchedule zero_bubble(int64_t p, int64_t m) {
       auto& a = s.per_rank[r];
       const int64_t i = next_input[r], f = next_forward[r];
       const bool input_ready = i < f && done_by(forward_done, i, r, t) && (r == p - 1 || done_by(input_done, i, r + 1, t));
-      const bool forward_ready = f < m && f - i < p - r && (r == 0 || done_by(forward_done, f, r - 1, t));
+      const bool forward_ready = f < m && f - i < p - r && f - weights_done[r] < p && (r == 0 || done_by(forward_done, f, r - 1, t));
       if (input_ready) {
         a.push_back({ActionKind::kBackwardInput, i, r});
         input_done[{i, r}] = t + 1;
@@ -105,6 +106,7 @@ PipelineSchedule zero_bubble(int64_t p, int64_t m) {
       } else if (!weights[r].empty()) {
         a.push_back({ActionKind::kBackwardWeight, weights[r].front(), r});
         weights[r].pop_front();
+        ++weights_done[r];
       } else {
         continue;  // idle this slot
       }

@@ -77,8 +77,8 @@ ScheduleTiming simulate(const PipelineSchedule& s, const ActionCosts& costs) {
         finished[{a.kind, a.microbatch, a.stage}] = free_at[r];
         if (a.kind == ActionKind::kForward) {
           timing.peak_in_flight[r] = std::max(timing.peak_in_flight[r], ++in_flight[r]);
-        } else if (a.kind != ActionKind::kBackwardWeight) {
-          --in_flight[r];
+        } else if (a.kind != ActionKind::kBackwardInput) {
+          --in_flight[r];  // held until B, or with the split backward until W
         }
         ++next[r];
         progress = true;

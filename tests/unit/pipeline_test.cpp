@@ -126,6 +126,8 @@ testing::ParityRun train_pipelined(const testing::RankContext& ctx, const Layout
     for (int64_t m = 0; m < l.microbatches; ++m) mbs.push_back(microbatch(s, m, dp_rank));
     opt.zero_grad();
     const pp::PipelineStepResult result = stage.run(mbs, 1.0 / global_label_tokens(s, l));
+    // The micro-batches held for backward at once are the schedule's, as simulated.
+    EXPECT_EQ(result.peak_in_flight, pp::simulate(stage.schedule()).peak_in_flight[static_cast<size_t>(pp_rank)]);
     run.grad_norms.push_back(fsdp::clip_grad_norm_(*model, 0, *ctx.world, l.pp));
     at::Tensor loss = at::scalar_tensor(result.lm_loss_sum / global_label_tokens(s, l), at::kDouble).reshape({1});
     ctx.world->all_reduce(loss).wait();

@@ -62,6 +62,7 @@ struct PipelineStepResult {
   int64_t label_tokens = 0;  // idem
   double busy_seconds = 0;   // in forward and backward compute
   double step_seconds = 0;   // the whole action list, transfers and waits included
+  int64_t peak_in_flight = 0;  // the most (micro-batch, stage) forwards held for their backward at once
 };
 
 class PipelineStage {

@@ -15,8 +15,9 @@
 //                     micro-batches' activations held on rank r
 //   interleaved_1f1b  Megatron's, over virtual_stages chunks per rank (micro-batches a multiple
 //                     of ranks): a smaller bubble, (ranks-1)/(v·m) instead of (ranks-1)/m
-//   zero_bubble       ZB-H1 (Qi et al., 2023): 1F1B's order and memory bound, with each W
-//                     deferred into the slots where the rank would otherwise wait
+//   zero_bubble       ZB-H1 (Qi et al., 2023): 1F1B's order, each W deferred into the slots
+//                     where the rank would otherwise wait, at most `ranks` micro-batches held
+//                     until their W on any rank (1F1B's peak)
 //
 // simulate() runs a schedule with given costs and zero communication time and reports the
 // makespan and bubble (idle share); check_schedule() verifies completeness, order and that the
@@ -63,7 +64,7 @@ struct ActionCosts {
 struct ScheduleTiming {
   double makespan = 0;
   double bubble = 0;                 // 1 - busy time / (ranks x makespan)
-  std::vector<int64_t> peak_in_flight;  // per rank: the most micro-batch stages forwarded but not yet backward
+  std::vector<int64_t> peak_in_flight;  // per rank: the most micro-batch stages forwarded and not yet through B (or W)
 };
 
 // Throws std::logic_error naming the first action that could never run (a deadlock).
