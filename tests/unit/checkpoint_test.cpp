@@ -62,6 +62,28 @@ std::map<int64_t, double> logged_losses(const std::string& output_dir) {
   return losses;
 }
 
+// The 12-step run in `full` (checkpoint-8) against runs resumed from it: `same` (its own
+// layout) equal step for step, each of `others` (4 steps) within 1e-5; the models exported to
+// `exports` equal the one exported to `one` (which is among `others`).
+void expect_resumed_runs_agree(const std::string& full, const std::string& same, const std::vector<std::string>& others,
+                               const std::string& one, const std::vector<std::string>& exports) {
+  const auto reference = logged_losses(full);
+  ASSERT_EQ(reference.size(), 12u);
+  for (const auto& [step, loss] : logged_losses(same)) EXPECT_EQ(loss, reference.at(step)) << "step " << step;
+  for (const auto& dir : others) {
+    SCOPED_TRACE(dir);
+    const auto resumed = logged_losses(dir);
+    ASSERT_EQ(resumed.size(), 4u);
+    for (const auto& [step, loss] : resumed) EXPECT_NEAR(loss, reference.at(step), 1e-5 * reference.at(step)) << "step " << step;
+  }
+  const auto a = hp::io::SafetensorsFile(one + "/model.safetensors");
+  for (const auto& dir : exports) {
+    const auto b = hp::io::SafetensorsFile(dir + "/model.safetensors");
+    ASSERT_EQ(a.entries().size(), b.entries().size()) << dir;
+    for (const auto& e : a.entries()) EXPECT_TRUE(at::allclose(a.read(e.name), b.read(e.name), 1e-5, 1e-6)) << dir << " " << e.name;
+  }
+}
+
 std::string user_error_of(const std::function<void()>& fn) {
   try {
     fn();
@@ -145,22 +167,8 @@ TEST(Checkpoint, TensorParallelCheckpointsLoadOnAnyLayout) {
   const int64_t model_elements = hp::models::debug_flavour_config("qwen3-debug").parameter_count();
   EXPECT_EQ(parameter_elements_written(from), model_elements);
   EXPECT_EQ(parameter_elements_written(hsdp + "/checkpoint-4"), model_elements);
-  const auto reference = logged_losses(full);
-  ASSERT_EQ(reference.size(), 12u);
-  for (const auto& [step, loss] : logged_losses(same)) EXPECT_EQ(loss, reference.at(step)) << "step " << step;
-  for (const auto& dir : {tp4, fsdp4, one}) {
-    SCOPED_TRACE(dir);
-    const auto resumed = logged_losses(dir);
-    ASSERT_EQ(resumed.size(), 4u);
-    for (const auto& [step, loss] : resumed) EXPECT_NEAR(loss, reference.at(step), 1e-5 * reference.at(step)) << "step " << step;
-  }
   // The models exported from the TP layouts equal the one exported by one process.
-  const auto a = hp::io::SafetensorsFile(one + "/model.safetensors");
-  for (const auto& dir : {full, same, tp4}) {
-    const auto b = hp::io::SafetensorsFile(dir + "/model.safetensors");
-    ASSERT_EQ(a.entries().size(), b.entries().size()) << dir;
-    for (const auto& e : a.entries()) EXPECT_TRUE(at::allclose(a.read(e.name), b.read(e.name), 1e-5, 1e-6)) << dir << " " << e.name;
-  }
+  expect_resumed_runs_agree(full, same, {tp4, fsdp4, one}, one, {full, same, tp4});
   for (const auto& dir : {full, same, tp4, fsdp4, one, hsdp}) fs::remove_all(dir);
 }
 
@@ -182,21 +190,7 @@ TEST(Checkpoint, ContextParallelCheckpointsLoadOnAnyLayout) {
   train_on(1, one, {"per_device_train_batch_size=8", "resume_from_checkpoint=" + from});
 
   EXPECT_EQ(parameter_elements_written(from), hp::models::debug_flavour_config("qwen3-debug").parameter_count());
-  const auto reference = logged_losses(full);
-  ASSERT_EQ(reference.size(), 12u);
-  for (const auto& [step, loss] : logged_losses(same)) EXPECT_EQ(loss, reference.at(step)) << "step " << step;
-  for (const auto& dir : {cp4, fsdp4, one}) {
-    SCOPED_TRACE(dir);
-    const auto resumed = logged_losses(dir);
-    ASSERT_EQ(resumed.size(), 4u);
-    for (const auto& [step, loss] : resumed) EXPECT_NEAR(loss, reference.at(step), 1e-5 * reference.at(step)) << "step " << step;
-  }
-  const auto a = hp::io::SafetensorsFile(one + "/model.safetensors");
-  for (const auto& dir : {full, same, cp4}) {
-    const auto b = hp::io::SafetensorsFile(dir + "/model.safetensors");
-    ASSERT_EQ(a.entries().size(), b.entries().size()) << dir;
-    for (const auto& e : a.entries()) EXPECT_TRUE(at::allclose(a.read(e.name), b.read(e.name), 1e-5, 1e-6)) << dir << " " << e.name;
-  }
+  expect_resumed_runs_agree(full, same, {cp4, fsdp4, one}, one, {full, same, cp4});
   for (const auto& dir : {full, same, cp4, fsdp4, one}) fs::remove_all(dir);
 }
 
@@ -218,21 +212,7 @@ TEST(Checkpoint, PipelineCheckpointsLoadOnAnyPipelineSize) {
   train_on(1, one, {"per_device_train_batch_size=8", "resume_from_checkpoint=" + from});
 
   EXPECT_EQ(parameter_elements_written(from), hp::models::debug_flavour_config("qwen3-debug").parameter_count());
-  const auto reference = logged_losses(full);
-  ASSERT_EQ(reference.size(), 12u);
-  for (const auto& [step, loss] : logged_losses(same)) EXPECT_EQ(loss, reference.at(step)) << "step " << step;
-  for (const auto& dir : {pp4, fsdp2, one}) {
-    SCOPED_TRACE(dir);
-    const auto resumed = logged_losses(dir);
-    ASSERT_EQ(resumed.size(), 4u);
-    for (const auto& [step, loss] : resumed) EXPECT_NEAR(loss, reference.at(step), 1e-5 * reference.at(step)) << "step " << step;
-  }
-  const auto a = hp::io::SafetensorsFile(one + "/model.safetensors");
-  for (const auto& dir : {full, same, pp4}) {
-    const auto b = hp::io::SafetensorsFile(dir + "/model.safetensors");
-    ASSERT_EQ(a.entries().size(), b.entries().size()) << dir;
-    for (const auto& e : a.entries()) EXPECT_TRUE(at::allclose(a.read(e.name), b.read(e.name), 1e-5, 1e-6)) << dir << " " << e.name;
-  }
+  expect_resumed_runs_agree(full, same, {pp4, fsdp2, one}, one, {full, same, pp4});
   for (const auto& dir : {full, same, pp4, fsdp2, one}) fs::remove_all(dir);
 }
 

@@ -25,7 +25,7 @@ hp::testing::SubprocessResult train(const std::string& yaml, const std::vector<s
 
 TEST(Examples, EveryExampleConfigTrainsAHuggingFaceFolder) {
   const std::string model = tiny_hf_folder();
-  for (const std::string yaml : {"qwen3_fsdp.yaml", "qwen3_hsdp.yaml", "qwen3_fsdp_tp.yaml", "qwen3_cp.yaml", "llamafactory_sft.yaml"}) {
+  for (const std::string yaml : {"qwen3_fsdp.yaml", "qwen3_hsdp.yaml", "qwen3_fsdp_tp.yaml", "qwen3_cp.yaml", "qwen3_pp.yaml", "llamafactory_sft.yaml"}) {
     SCOPED_TRACE(yaml);
     const std::string out = ::testing::TempDir() + "hp_examples_" + yaml;
     fs::remove_all(out);

@@ -1,7 +1,7 @@
 // hyperparallel train with pipeline parallelism against the plain unsharded model at the same
-// global batch: every schedule at pp 2, 1F1B at pp 4, pp2 x FSDP2 and pp2 x TP2 (tied
-// embeddings on the first and last stage), Qwen3-MoE with its aux loss pooled across stages
-// (and with EP), the eval loss through the stages, and the configs that do not fit.
+// global batch: every schedule at pp 2, 1F1B at pp 4, pp2 x FSDP2, HSDP, TP2 + SP and CP2, and
+// with activation checkpointing (tied embeddings on the first and last stage); Qwen3-MoE with
+// its aux loss pooled across stages (and with EP); the configs that do not fit.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -27,7 +27,10 @@ TEST(Trainer, PipelineLayoutsMatchThePlainModel) {
            {"pp4_1f1b", 4, {"per_device_train_batch_size=2", "accelerator.pp_size=4", micro4}},
            {"pp2_fsdp2", 4, {"per_device_train_batch_size=2", pp2, "gradient_accumulation_steps=2"}},
            {"pp2_tp2_sp", 4,
-            {"per_device_train_batch_size=4", pp2, "accelerator.pp_microbatches=2", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}}},
+            {"per_device_train_batch_size=4", pp2, "accelerator.pp_microbatches=2", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}},
+           {"pp2_hsdp", 4, {"per_device_train_batch_size=2", pp2, "gradient_accumulation_steps=2", "fsdp_config.dp_shard_size=1"}},
+           {"pp2_cp2", 4, {"per_device_train_batch_size=4", pp2, "accelerator.pp_microbatches=2", "accelerator.cp_size=2"}},
+           {"pp2_checkpointed", 2, {"per_device_train_batch_size=2", pp2, micro4, "activation_checkpoint.mode=full"}}},
       20);
 }
 
