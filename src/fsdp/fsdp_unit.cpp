@@ -245,6 +245,17 @@ void FSDPUnit::ensure_grad_buffers() {
   reduced_ = at::zeros({sharded_.numel()}, at::TensorOptions().dtype(reduce_dtype_));
 }
 
+void FSDPUnit::place_masters(at::Tensor storage, std::function<void(const at::Tensor&)> release) {
+  if (state_ != UnitState::kSharded || training_state_ != TrainingState::kIdle || !pending_gather_.empty()) {
+    throw std::logic_error("FSDP unit " + label_ + ": master shards move only while sharded and idle");
+  }
+  storage.copy_(sharded_);
+  sharded_ = std::move(storage);
+  device_shard_version_ = -1;  // cast again from the new buffer
+  release_masters_ = std::move(release);
+  point_params_at_sharded();
+}
+
 WarmMemoryPool* FSDPUnit::pool() const { return root_ ? root_->pool() : nullptr; }
 
 void FSDPUnit::release_unsharded() {
@@ -278,9 +289,15 @@ void FSDPUnit::unshard_async() {
     pending_gather_.push_back(post_forward_comm_->all_gather_blocks(unsharded_.tensor(), post_forward_.tensor(), post_forward_blocks_));
     return;
   }
-  // Mixed precision: the all-gather moves param_dtype; the fp32 masters stay sharded.
-  // Offload: the host shard is staged on the compute device first.
-  const at::Tensor& source = device_shard_.defined() ? device_shard_.copy_(sharded_) : sharded_;
+  // Mixed precision: the all-gather moves param_dtype, cast from the fp32 masters when they
+  // changed since the last cast (so between optimizer steps nothing reads them).
+  // Offload: the host shard is staged on the compute device every time.
+  if (device_shard_.defined() && (offload_ || device_shard_version_ != shard_version())) {
+    device_shard_.copy_(sharded_);
+    device_shard_version_ = shard_version();
+    if (release_masters_) release_masters_(sharded_);
+  }
+  const at::Tensor& source = device_shard_.defined() ? device_shard_ : sharded_;
   if (settings_.comm_fusion) {
     pending_gather_.push_back(shard_comm_->all_gather_blocks(unsharded_.tensor(), source, blocks_));
     return;

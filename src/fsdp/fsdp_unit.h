@@ -20,6 +20,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function.h>
 
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -127,6 +128,10 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   int64_t first_row(size_t i) const;  // of parameter i's shard dim held here
   void load_local_rows(size_t i, const at::Tensor& rows);
   void load_full(size_t i, const at::Tensor& full);
+  // Mixed precision: the fp32 masters are a buffer of their own (fully_shard.h
+  // place_master_shards moves them into `storage`; `release` after each compute-shard cast).
+  bool has_separate_masters() const { return param_dtype_ != at::kFloat; }
+  void place_masters(at::Tensor storage, std::function<void(const at::Tensor&)> release);
 
  private:
   // The asserted transition of training_state_ (a logic_error names the unit otherwise).
@@ -167,6 +172,8 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   // The shard on the compute device in param_dtype_, staged before each all-gather; used
   // with mixed precision or offload (there sharded_ / sharded_grad_ are the host copies).
   at::Tensor device_shard_;
+  int64_t device_shard_version_ = -1;  // shard_version() device_shard_ was cast at
+  std::function<void(const at::Tensor&)> release_masters_;  // after each cast, when placed
   bool offload_ = false;
   at::Tensor reduced_;                 // reduce-scatter output, reduce_dtype_
   ReleasableBuffer unsharded_, unsharded_grad_;  // param_dtype_

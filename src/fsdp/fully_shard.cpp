@@ -343,6 +343,27 @@ void load_sharded_state_dict(torch::nn::Module& root, const std::map<std::string
   }
 }
 
+std::vector<int64_t> separate_master_numels(torch::nn::Module& root) {
+  std::vector<int64_t> numels;
+  for (FSDPUnit* unit : units_under(root).units) {
+    if (unit->has_separate_masters()) numels.push_back(unit->sharded_numel());
+  }
+  return numels;
+}
+
+void place_master_shards(torch::nn::Module& root, const MasterShardPlacement& placement) {
+  size_t k = 0;
+  for (FSDPUnit* unit : units_under(root).units) {
+    if (!unit->has_separate_masters()) continue;
+    at::Tensor storage = placement.allocate(k++, unit->sharded_numel());
+    if (storage.numel() != unit->sharded_numel() || storage.scalar_type() != at::kFloat || !storage.is_contiguous()) {
+      throw std::logic_error("place_master_shards: the buffer for unit " + std::to_string(k - 1) + " is not " +
+                             std::to_string(unit->sharded_numel()) + " contiguous fp32 elements");
+    }
+    unit->place_masters(std::move(storage), placement.release);
+  }
+}
+
 std::map<std::string, std::vector<int64_t>> full_parameter_shapes(torch::nn::Module& root) {
   const UnitsAndPaths found = units_under(root);
   std::map<std::string, std::vector<int64_t>> shapes;

@@ -118,7 +118,7 @@ torch::optim::AdamWParamState& FusedAdamW::state_of(const at::Tensor& p) {
   return static_cast<torch::optim::AdamWParamState&>(*found->second);
 }
 
-void FusedAdamW::offload_state(const std::string& dir) {
+void FusedAdamW::offload_state(const std::string& dir, const std::vector<int64_t>& extra_numels) {
   std::vector<at::Tensor> params;
   std::vector<int64_t> numels;
   for (size_t g = 0; g < param_groups().size(); ++g) {
@@ -129,6 +129,9 @@ void FusedAdamW::offload_state(const std::string& dir) {
       params.push_back(p);
     }
   }
+  first_extra_slot_ = numels.size();
+  extra_numels_ = extra_numels;
+  numels.insert(numels.end(), extra_numels.begin(), extra_numels.end());
   file_ = std::make_unique<OptimizerStateFile>(dir, numels);
   for (const auto& p : params) {
     const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
@@ -147,12 +150,18 @@ void FusedAdamW::offload_state(const std::string& dir) {
   }
 }
 
+at::Tensor FusedAdamW::extra_tensor(size_t k) const {
+  if (!file_ || k >= extra_numels_.size()) throw std::logic_error("FusedAdamW::extra_tensor: no extra slot " + std::to_string(k));
+  return file_->tensor(first_extra_slot_ + k, {extra_numels_[k]});
+}
+
 // Points the state's moments at the file (copying what they held when they live elsewhere,
 // as after a checkpoint load) and asks for them to be read in.
 void FusedAdamW::stream_in(const at::Tensor& p, torch::optim::AdamWParamState& s) {
   const size_t slot = file_slot_.at(c10::guts::to_string(p.unsafeGetTensorImpl()));
   file_->will_need(slot);
   file_->will_need(slot + 1);
+  file_->will_need(p);  // a parameter that lives in the file (a master shard)
   at::Tensor avg = file_->tensor(slot, p.sizes()), avg_sq = file_->tensor(slot + 1, p.sizes());
   if (s.exp_avg().data_ptr() != avg.data_ptr()) {
     avg.copy_(s.exp_avg());
@@ -167,6 +176,7 @@ void FusedAdamW::release_state(const at::Tensor& p) {
   const size_t slot = file_slot_.at(c10::guts::to_string(p.unsafeGetTensorImpl()));
   file_->release(slot);
   file_->release(slot + 1);
+  file_->release(p);
 }
 
 void FusedAdamW::step_groups(size_t count) {
@@ -192,6 +202,9 @@ void FusedAdamW::step_groups(size_t count) {
       if (!options.amsgrad() && fusable(p, grad, s)) {
         fused_update(p.data_ptr<float>(), grad.data_ptr<float>(), s.exp_avg().data_ptr<float>(), s.exp_avg_sq().data_ptr<float>(),
                      p.numel(), scalars_for(options, s.step()));
+        // Written through its pointer: tell whoever caches a copy of it (FSDP's compute shard)
+        // that it changed, as an in-place op would.
+        p.unsafeGetTensorImpl()->bump_version();
       } else {
         unfused_update(p, grad, s, options);
       }

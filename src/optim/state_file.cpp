@@ -64,3 +64,36 @@ void OptimizerStateFile::release(size_t k) {
 }
 
 }  // namespace hyperparallel::optim
+
+namespace hyperparallel::optim {
+
+bool OptimizerStateFile::holds(const at::Tensor& t) const {
+  const char* at_byte = static_cast<const char*>(t.data_ptr());
+  return base_ && t.numel() > 0 && at_byte >= base_ && at_byte + t.nbytes() <= base_ + bytes_;
+}
+
+namespace {
+
+// The whole pages covering [begin, begin + length).
+std::pair<char*, uint64_t> pages_of(const at::Tensor& t) {
+  const uint64_t page = sysconf(_SC_PAGESIZE) > 0 ? static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) : 4096;
+  const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
+  const uintptr_t first = begin / page * page, last = (begin + t.nbytes() + page - 1) / page * page;
+  return {reinterpret_cast<char*>(first), static_cast<uint64_t>(last - first)};
+}
+
+}  // namespace
+
+void OptimizerStateFile::will_need(const at::Tensor& t) const {
+  if (!holds(t)) return;
+  const auto [start, length] = pages_of(t);
+  madvise(start, length, MADV_WILLNEED);
+}
+
+void OptimizerStateFile::release(const at::Tensor& t) {
+  if (!holds(t)) return;
+  const auto [start, length] = pages_of(t);
+  if (madvise(start, length, MADV_DONTNEED) == 0) released_ += length;
+}
+
+}  // namespace hyperparallel::optim

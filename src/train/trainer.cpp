@@ -216,7 +216,14 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     return result;
   }
   auto optimizer = make_optimizer(c, *model, world);
-  if (!c.optimizer_offload_dir.empty()) optimizer->offload_state(c.optimizer_offload_dir);
+  if (!c.optimizer_offload_dir.empty()) {
+    // Under mixed precision the fp32 master shards join the moments in the file.
+    const std::vector<int64_t> masters = fsdp::separate_master_numels(*model);
+    optimizer->offload_state(c.optimizer_offload_dir, masters);
+    optim::OptimizerStateFile* file = optimizer->state_file();
+    fsdp::place_master_shards(*model, {[&](size_t k, int64_t) { return optimizer->extra_tensor(k); },
+                                       [file](const at::Tensor& shard) { file->release(shard); }});
+  }
   const int64_t accum = pipeline ? pipeline_microbatches(c) : c.gradient_accumulation_steps, per_device = c.per_device_train_batch_size;
   StepSetup step_setup{*model, root, *optimizer, *world, data, model->parameters(), {}, accum, dp, dp_rank, tp, c.max_grad_norm};
   step_setup.norm_weights = pipeline ? pipeline->norm_weights(world->size()) : fsdp::gradient_norm_weights(*model, world->size());
@@ -304,7 +311,9 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     }
     if (c.chunked_loss.enabled) log << "chunked loss: " << c.chunked_loss.chunk_size << " tokens per chunk\n";
     if (const auto* file = optimizer->state_file()) {
-      log << "optimizer offload: " << (file->bytes() >> 20) << " MiB of AdamW moments per rank in a file in " << c.optimizer_offload_dir << "\n";
+      log << "optimizer offload: " << (file->bytes() >> 20) << " MiB of AdamW moments"
+          << (fsdp::separate_master_numels(*model).empty() ? "" : " and fp32 master shards") << " per rank in a file in "
+          << c.optimizer_offload_dir << "\n";
     }
     if (c.validate_placement) {
       log << (tp > 1 ? "model.validate_placement: Validation mode, every module boundary of the tensor-parallel plan is checked\n"

@@ -2,15 +2,20 @@
 // groups, weight decay on one, lr changing every step as a schedule does, a tensor large
 // enough to be split over threads), parameters, both moments and the step count; the
 // tensor-op path (a non-contiguous parameter, amsgrad); the moments offloaded to a file:
-// bit-identical, out of the resident set between updates, state set from outside adopted.
+// bit-identical, out of the resident set between updates, state set from outside adopted;
+// under FSDP mixed precision the fp32 master shards in the file too.
 #include <gtest/gtest.h>
 #include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
 
 #include <fstream>
 
+#include "hyperparallel/fsdp/fully_shard.h"
+#include "hyperparallel/mesh/device_mesh.h"
+#include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/optim/fused_adamw.h"
 #include "hyperparallel/platform/user_error.h"
+#include "support/multiprocess.h"
 
 namespace hyperparallel {
 namespace {
@@ -155,6 +160,75 @@ TEST(Optimizers, OffloadedMomentsAreBitIdenticalAndLeaveTheResidentSet) {
   }
   EXPECT_GE(offloaded.opt->state_file()->bytes(), 2u * 4 * (2048 * 2048 + 1024 * 2048 + 4096 + 15));
   EXPECT_GT(offloaded.opt->state_file()->released_bytes(), 12u * 2 * 4 * 2048 * 2048);
+}
+
+// A /proc/self/status field in MiB (RssFile: this process's resident pages of mapped files).
+double status_mib(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
+  }
+  return 0;
+}
+
+// FSDP over 2 ranks with bf16 compute: the fp32 masters placed in the optimizer's file train
+// bit-identically to masters in memory, and between optimizer steps (after the first
+// all-gather cast them to bf16) none of their pages stay in the resident set.
+TEST(Optimizers, MixedPrecisionMasterShardsLiveInTheOffloadFile) {
+  testing::run_on_ranks(2, [](testing::RankContext& ctx) {
+    models::ModelConfig config = models::debug_flavour_config("llama-debug");
+    config.hidden_size = 512;
+    config.intermediate_size = 1536;
+    config.vocab_size = 4096;
+    config.head_dim = 128;
+    const auto train = [&](bool offload, double* masters_resident_mib, double* masters_mib) {
+      models::ModelLoadOptions load;
+      load.seed = 5;
+      auto model = models::AutoModelForCausalLM::from_config(config, load);
+      fsdp::FullyShardOptions shard;
+      shard.mesh = mesh::init_device_mesh(ctx.world, "cpu", {2}, {"dp_shard"});
+      shard.mp_policy.param_dtype = at::kBFloat16;
+      shard.mp_policy.reduce_dtype = at::kFloat;
+      for (auto* layer : model->decoder_layers()) fsdp::fully_shard(*layer, shard);
+      fsdp::fully_shard(*model, shard);
+      optim::FusedAdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
+      if (offload) {
+        const auto numels = fsdp::separate_master_numels(*model);
+        EXPECT_EQ(numels.size(), 5u);  // 4 layers and the root
+        opt.offload_state(::testing::TempDir(), numels);
+        optim::OptimizerStateFile* file = opt.state_file();
+        fsdp::place_master_shards(*model, {[&](size_t k, int64_t) { return opt.extra_tensor(k); },
+                                           [file](const at::Tensor& m) { file->release(m); }});
+        for (const auto& p : model->parameters()) EXPECT_TRUE(file->holds(p));
+        *masters_mib = 0;
+        for (int64_t n : numels) *masters_mib += static_cast<double>(n) * 4 / (1 << 20);
+      }
+      std::vector<double> losses;
+      for (int s = 0; s < 4; ++s) {
+        auto gen = at::detail::createCPUGenerator(40 + s + 10 * ctx.rank);
+        models::CausalLMInput in;
+        in.input_ids = at::randint(config.vocab_size, {2, 64}, gen, at::kLong);
+        in.labels = in.input_ids;
+        const double before = status_mib("RssFile");
+        auto out = model->forward(in);  // casts the masters to bf16 (they changed), releases them
+        if (offload && s > 0) *masters_resident_mib = std::max(*masters_resident_mib, status_mib("RssFile") - before);
+        out.loss.backward();
+        opt.step();
+        opt.zero_grad();
+        losses.push_back(out.loss.item<double>());
+      }
+      losses.push_back(fsdp::full_parameters(*model).at("model.layers.1.mlp.up_proj.weight").sum().item<double>());
+      return losses;
+    };
+    double resident = 0, masters = 0;
+    const auto in_memory = train(false, &resident, &masters);
+    const auto offloaded = train(true, &resident, &masters);
+    EXPECT_EQ(offloaded, in_memory);
+    std::printf("rank %d: %.1f MiB of masters in the file; after a forward at most %.1f MiB more file pages resident\n", ctx.rank,
+                masters, resident);
+    EXPECT_GT(masters, 10.0);
+    EXPECT_LT(resident, 0.1 * masters);
+  });
 }
 
 TEST(Optimizers, AnOffloadDirectoryThatCannotHoldTheFileIsAUserError) {

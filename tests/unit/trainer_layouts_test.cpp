@@ -238,12 +238,18 @@ TEST(Trainer, OptimizerOffloadTrainsBitIdentically) {
     fs::remove_all(dir);
     fs::create_directories(dir);
   }
-  train_on(2, temp_dir("in_memory"), {"per_device_train_batch_size=4"});
-  train_on(2, temp_dir("offloaded"), {"per_device_train_batch_size=4", "optimizer_offload.dir=" + dir});
-  EXPECT_EQ(logged_losses(temp_dir("offloaded")), logged_losses(temp_dir("in_memory")));
-  EXPECT_EQ(logged(temp_dir("offloaded"), "grad_norm"), logged(temp_dir("in_memory"), "grad_norm"));
-  EXPECT_TRUE(fs::is_empty(dir));
-  for (const auto& d : {dir, temp_dir("in_memory"), temp_dir("offloaded")}) fs::remove_all(d);
+  // fp32, and bf16 compute (the fp32 master shards in the file too).
+  for (const std::string dtype : {"float32", "bfloat16"}) {
+    SCOPED_TRACE(dtype);
+    const std::string mp = "fsdp_config.mix_precision.param_dtype=" + dtype;
+    train_on(2, temp_dir("in_memory_" + dtype), {"per_device_train_batch_size=4", mp});
+    train_on(2, temp_dir("offloaded_" + dtype), {"per_device_train_batch_size=4", mp, "optimizer_offload.dir=" + dir});
+    EXPECT_EQ(logged_losses(temp_dir("offloaded_" + dtype)), logged_losses(temp_dir("in_memory_" + dtype)));
+    EXPECT_EQ(logged(temp_dir("offloaded_" + dtype), "grad_norm"), logged(temp_dir("in_memory_" + dtype), "grad_norm"));
+    EXPECT_TRUE(fs::is_empty(dir));
+    for (const auto& d : {temp_dir("in_memory_" + dtype), temp_dir("offloaded_" + dtype)}) fs::remove_all(d);
+  }
+  fs::remove_all(dir);
 }
 
 TEST(Trainer, ContextParallelLayoutsThatDoNotFitAreUserErrors) {

@@ -184,6 +184,20 @@ std::map<std::string, at::Tensor> full_state_dict(torch::nn::Module& root, bool 
 void load_sharded_state_dict(torch::nn::Module& root, const std::map<std::string, ShardedTensor>& state);
 void load_full_state_dict(torch::nn::Module& root, const std::map<std::string, at::Tensor>& state);
 
+// Where mixed precision's fp32 master shards live (optimizer offload keeps them in its
+// file-backed mapping). Units under `root` whose parameters are separate from what they
+// compute with (param_dtype other than fp32) are moved, in module order: `allocate(k, numel)`
+// gives the k-th its buffer, the masters are copied there and the parameters alias it. The
+// compute-dtype shard an all-gather sends is cast from the masters only after they changed (an
+// optimizer step, a load), and then `release(masters)` is called, so forwards and backwards
+// leave the masters alone between optimizer steps. Every unit must be sharded and idle.
+struct MasterShardPlacement {
+  std::function<at::Tensor(size_t unit, int64_t numel)> allocate;
+  std::function<void(const at::Tensor& masters)> release;
+};
+std::vector<int64_t> separate_master_numels(torch::nn::Module& root);
+void place_master_shards(torch::nn::Module& root, const MasterShardPlacement& placement);
+
 // Every parameter's full (global) shape by full name (sharded or not); no communication.
 std::map<std::string, std::vector<int64_t>> full_parameter_shapes(torch::nn::Module& root);
 // Loads every parameter of `root` from a reader of boxes, touching only what this rank holds:

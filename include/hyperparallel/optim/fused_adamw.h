@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hyperparallel/optim/state_file.h"
 
@@ -32,8 +33,12 @@ class FusedAdamW : public torch::optim::AdamW {
   // (optim/state_file.h); each step reads a parameter's moments ahead before its update and
   // releases them after, so resident optimizer state is about one parameter's. State set
   // later (a checkpoint load) moves into the file at the next step. Same numbers, bit for bit.
-  void offload_state(const std::string& dir);
-  const OptimizerStateFile* state_file() const { return file_.get(); }
+  // `extra_numels`: room in the same file for other fp32 buffers (extra_tensor(k)), such as
+  // FSDP's master shards under mixed precision (fsdp::place_master_shards); a parameter whose
+  // data lives in the file is read ahead and released around its update like its moments.
+  void offload_state(const std::string& dir, const std::vector<int64_t>& extra_numels = {});
+  at::Tensor extra_tensor(size_t k) const;
+  OptimizerStateFile* state_file() const { return file_.get(); }
 
  protected:
   void step_groups(size_t count);  // AdamW on the first `count` param groups
@@ -45,6 +50,8 @@ class FusedAdamW : public torch::optim::AdamW {
  private:
   std::unique_ptr<OptimizerStateFile> file_;
   std::map<std::string, size_t> file_slot_;  // parameter key -> its moments' first slot in file_
+  size_t first_extra_slot_ = 0;
+  std::vector<int64_t> extra_numels_;
 
   torch::optim::AdamWParamState& state_of(const at::Tensor& p);
 };

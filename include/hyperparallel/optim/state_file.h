@@ -34,6 +34,12 @@ class OptimizerStateFile {
   at::Tensor tensor(size_t k, at::IntArrayRef sizes) const;
   void will_need(size_t k) const;
   void release(size_t k);
+  // The same by address, for tensors that live inside the mapping (views of its tensors, such
+  // as parameters aliasing fp32 master shards placed here): whole pages around `t`'s bytes.
+  // Releasing a neighbour's pages too is harmless (shared file pages come back on access).
+  bool holds(const at::Tensor& t) const;
+  void will_need(const at::Tensor& t) const;
+  void release(const at::Tensor& t);
   uint64_t bytes() const { return bytes_; }
   uint64_t released_bytes() const { return released_; }
 
