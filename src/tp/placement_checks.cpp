@@ -243,6 +243,9 @@ void attach_placement_checks(torch::nn::Module& root, std::shared_ptr<TensorPara
     const std::string& path = item.key();
     const auto styled = ctx->styles.find(path);
     const CheckSite site{path, styled == ctx->styles.end() ? "not in the plan" : styled->second, op_of(module)};
+    // The experts of a sparse block are outside the plan: their tokens are whichever the
+    // router (and, under EP, the tp ranks' split of the shared tokens) sent them.
+    if (path.find(".experts.") != std::string::npos) continue;
     if (auto* linear = dynamic_cast<models::Linear*>(&module)) {
       const auto w = layout_of(layouts, path + ".weight");
       const int64_t in_features = linear->weight.size(1) * (w && w->is_shard(1) ? ctx->group->size() : 1);

@@ -25,8 +25,9 @@ void train_on(int ranks, const std::string& output_dir, const std::vector<std::s
 // Each layout's 20 logged losses and gradient norms against the plain model (1e-5).
 void expect_layouts_match_the_plain_model(const Layouts& layouts, bool learns = false);
 // The layouts with `common` added against the plain model with `common`: losses, gradient norms
-// and (MoE) aux losses, 1e-5; their output folders removed after.
-void expect_runs_match_the_plain_model(const std::vector<std::string>& common, const Layouts& layouts, int64_t steps);
+// and (MoE) aux losses, 1e-5; their output folders removed after unless `keep_outputs`.
+void expect_runs_match_the_plain_model(const std::vector<std::string>& common, const Layouts& layouts, int64_t steps,
+                                       bool keep_outputs = false);
 // Each (ranks, overrides, message) fails in run_training with a UserError containing message.
 void expect_user_errors_before_training(const std::vector<std::tuple<int, std::vector<std::string>, std::string>>& misfits,
                                         const std::string& dir_name);
