@@ -5,7 +5,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
-.PHONY: all setup configure build test test-long test-asan test-asan-unit demo bench fuzz clean
+.PHONY: all setup configure build test test-long test-asan test-asan-unit demo demo-4d bench fuzz clean
 
 all: build
 
@@ -32,6 +32,11 @@ DEMO_PROMPT ?= Reverse the words: moon river stone bird cloud
 demo: build
 	$(BUILD_DIR)/hyperparallel train examples/demo_sft.yaml
 	$(BUILD_DIR)/hyperparallel generate --model output/demo_sft --prompt "$(DEMO_PROMPT)"
+
+# The flagship job from HyperParallel's YAML on 8 ranks (TP2 x CP2 x EP2 + FSDP2), its losses
+# beside one process's (examples/hp_qwen3_moe_4d.yaml, docs/hyperparallel-yaml.md).
+demo-4d: build
+	scripts/demo_4d.sh $(BUILD_DIR)
 
 # The tests built with ASan + UBSan in build-asan/ (a cold build takes longer than make test).
 # Leaks are not checked: LibTorch keeps its globals to exit. test-asan-unit runs the component

@@ -2,6 +2,7 @@
 #include "hyperparallel/models/auto_model.h"
 
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -41,7 +42,15 @@ std::string dtype_json_name(at::ScalarType dtype) {
 
 }  // namespace
 
-std::shared_ptr<CausalLM> AutoModelForCausalLM::from_config(const ModelConfig& config, const ModelLoadOptions& options) {
+std::shared_ptr<CausalLM> AutoModelForCausalLM::from_config(const ModelConfig& given, const ModelLoadOptions& options) {
+  ModelConfig config = given;
+  if (options.num_hidden_layers) {
+    if (*options.num_hidden_layers < 1 || *options.num_hidden_layers > given.num_hidden_layers) {
+      throw UserError("model.num_hidden_layers " + std::to_string(*options.num_hidden_layers) + " must be between 1 and the model's " +
+                      std::to_string(given.num_hidden_layers) + " layers (it keeps the first N)");
+    }
+    config.num_hidden_layers = *options.num_hidden_layers;
+  }
   if (options.device != "cpu") {
     throw UserError("device '" + options.device + "' is not available: this build computes on the CPU (device: cpu)");
   }
@@ -64,11 +73,25 @@ std::shared_ptr<CausalLM> AutoModelForCausalLM::from_pretrained(const std::strin
   ModelLoadOptions deferred = options;
   deferred.deferred_init = true;
   auto model = from_config(load_model_config(name_or_dir), deferred);
-  if (!options.deferred_init) load_pretrained_weights(*model, name_or_dir);
+  if (!options.deferred_init) load_pretrained_weights(*model, name_or_dir, options.num_hidden_layers.has_value());
   return model;
 }
 
-void load_pretrained_weights(CausalLM& model, const std::string& dir) {
+namespace {
+
+// A weight of decoder layer `layers` or later (a cropped model does not hold them).
+bool beyond_layers(const std::string& name, int64_t layers) {
+  const std::string prefix = "model.layers.";
+  if (name.rfind(prefix, 0) != 0) return false;
+  const size_t end = name.find('.', prefix.size());
+  const std::string index = name.substr(prefix.size(), end == std::string::npos ? std::string::npos : end - prefix.size());
+  if (index.empty() || index.size() > 9 || !std::all_of(index.begin(), index.end(), ::isdigit)) return false;
+  return std::stoll(index) >= layers;
+}
+
+}  // namespace
+
+void load_pretrained_weights(CausalLM& model, const std::string& dir, bool cropped) {
   io::HfCheckpoint checkpoint(dir);
   const auto shapes = fsdp::full_parameter_shapes(model);
   std::string missing, unexpected;
@@ -77,6 +100,7 @@ void load_pretrained_weights(CausalLM& model, const std::string& dir) {
   }
   // A pipeline stage holds part of the model: the other stages' tensors are no surprise.
   for (const auto& name : checkpoint.names()) {
+    if (cropped && beyond_layers(name, model.config().num_hidden_layers)) continue;
     if (model.backbone().holds_all() && !shapes.count(name) && !ignorable_key(name, model)) unexpected += (unexpected.empty() ? "" : ", ") + name;
   }
   if (!missing.empty() || !unexpected.empty()) {

@@ -323,7 +323,9 @@ std::string model_config_json(const ModelConfig& c, const std::string& torch_dty
 
 // ---- built-in flavours ---------------------------------------------------------------------
 
-std::vector<std::string> debug_flavour_names() { return {"llama-debug", "qwen2-debug", "qwen3-debug", "qwen3-moe-debug"}; }
+std::vector<std::string> debug_flavour_names() {
+  return {"llama-debug", "qwen2-debug", "qwen3-debug", "qwen3-moe-debug", "qwen3-moe-4d-debug"};
+}
 
 bool is_debug_flavour(const std::string& name) {
   const auto names = debug_flavour_names();
@@ -333,6 +335,14 @@ bool is_debug_flavour(const std::string& name) {
 ModelConfig debug_flavour_config(const std::string& name) {
   if (!is_debug_flavour(name)) {
     throw UserError("'" + name + "' is not a built-in model flavour; built-in: " + join_names(debug_flavour_names()));
+  }
+  if (name == "qwen3-moe-4d-debug") {
+    // The flagship layout's debug model: heads and kv heads for tp 2 x Ulysses 2, 8 experts for ep.
+    ModelConfig c = debug_flavour_config("qwen3-moe-debug");
+    c.num_attention_heads = 8;
+    c.num_key_value_heads = 4;
+    c.head_dim = 16;
+    return c;
   }
   ModelConfig c;
   const std::string family = name.substr(0, name.size() - std::string("-debug").size());

@@ -1,6 +1,8 @@
 // Learning-rate schedules. See train/lr_schedule.h.
 #include "hyperparallel/train/lr_schedule.h"
 
+#include "hyperparallel/train/train_config.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -33,6 +35,16 @@ double LrSchedule::lr_at(int64_t step) const {
 int64_t resolve_warmup_steps(int64_t warmup_steps, double warmup_ratio, int64_t total_steps) {
   if (warmup_steps > 0) return warmup_steps;
   return static_cast<int64_t>(std::ceil(warmup_ratio * static_cast<double>(total_steps)));
+}
+
+LrSchedule lr_schedule_for(const TrainConfig& c, int64_t total_steps) {
+  LrSchedule s{c.lr_scheduler_type, c.learning_rate, resolve_warmup_steps(c.warmup_steps, c.warmup_ratio, total_steps), total_steps};
+  const LrSchedulerKwargs& kw = c.lr_scheduler_kwargs;
+  s.num_cycles = kw.num_cycles;
+  s.min_lr_rate = kw.min_lr_rate ? *kw.min_lr_rate : kw.min_lr ? *kw.min_lr / c.learning_rate : 0.0;
+  s.lr_end = kw.lr_end;
+  s.power = kw.power;
+  return s;
 }
 
 }  // namespace hyperparallel::train

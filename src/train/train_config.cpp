@@ -12,6 +12,7 @@
 #include "hyperparallel/platform/suggest.h"
 #include "hyperparallel/platform/user_error.h"
 #include "config_values.h"
+#include "hyperparallel_yaml.h"
 #include "llamafactory_compat.h"
 
 namespace hyperparallel::train {
@@ -162,6 +163,7 @@ const std::vector<KeyDef>& key_table() {
         {{"tokenizer", "string", "\"\"", "folder with tokenizer.json (+ tokenizer_config.json); empty: model_name_or_path"}, text(&C::tokenizer)},
         {{"plan_overrides", "list of {match, module_type, replace_module}", "[]", "module replacements applied when the model is built"}, set_plan_overrides},
         {{"model.validate_placement", "bool", "false", "Validation mode: the tensor-parallel plan runs with every module boundary's placement measured and checked (same numbers, slower); a plan error names the module, op and placements"}, boolean(&C::validate_placement)},
+        {{"model.num_hidden_layers", "int >= 1 or null", "null", "keep only the model's first N decoder layers (HyperParallel's key: a layer-cropped model from a full folder; the later layers are not loaded)"}, [](C& c, const std::string& k, const Value& v) { c.num_hidden_layers = as_int(k, v, 1, "an integer >= 1"); }},
         // method
         {{"stage", "sft | pt", "sft", "sft: chat data with a template; pt: continued pretraining on plain text, every token trained, packing on unless set false, template optional (docs/data.md)"}, choice(&C::stage, {"sft", "pt"})},
         {{"do_train", "bool", "true", "train (false: only load, evaluate and export)"}, boolean(&C::do_train)},
@@ -210,6 +212,7 @@ const std::vector<KeyDef>& key_table() {
         // training
         {{"per_device_train_batch_size", "int in [1, 1048576]", "1", "rows per rank per micro-batch"}, int_at_least(&C::per_device_train_batch_size, 1, 1 << 20)},
         {{"gradient_accumulation_steps", "int in [1, 1048576]", "1", "micro-batches per optimizer step"}, int_at_least(&C::gradient_accumulation_steps, 1, 1 << 20)},
+        {{"global_batch_size", "int >= 1 or null", "null", "rows per optimizer step (HyperParallel's key); set: gradient_accumulation_steps = it / (per_device_train_batch_size x data-parallel ranks), which must divide it"}, [](C& c, const std::string& k, const Value& v) { c.global_batch_size = as_int(k, v, 1, "an integer >= 1"); }},
         {{"learning_rate", "float > 0", "5.0e-5", "peak learning rate of AdamW"}, positive_float(&C::learning_rate)},
         {{"weight_decay", "float >= 0", "0.0", "AdamW's decoupled weight decay"}, [](C& c, const std::string& k, const Value& v) { c.weight_decay = as_float(k, v, 0, INFINITY, false, false, "a number >= 0"); }},
         {{"adam_beta1", "float in [0, 1)", "0.9", "AdamW beta1"}, fraction(&C::adam_beta1, false)},
@@ -406,6 +409,13 @@ void merge_hyper_parallel_args(Collected& out) {
   }
 }
 
+// HyperParallel's YAML, translated into our keys (train/hyperparallel_yaml.h).
+void take_translation(const hp_yaml::Translation& t, const std::string& source, Collected& out) {
+  for (const auto& [key, node] : t.values) take_key(key, {node, source}, out);
+  for (const auto& [key, why] : t.ignored) out.ignored.emplace_back(key, why);
+  out.problems.insert(out.problems.end(), t.problems.begin(), t.problems.end());
+}
+
 void throw_problems(const std::vector<std::string>& problems) {
   if (problems.empty()) return;
   if (problems.size() == 1) throw UserError(problems[0]);
@@ -516,6 +526,7 @@ std::string config_schema_text() {
 
 TrainConfig load_train_config(const std::string& yaml_path, const std::vector<std::string>& overrides) {
   Collected collected;
+  bool hyperparallel_dialect = false, cp_algorithm_when_cp = false;
   if (!yaml_path.empty()) {
     YAML::Node root;
     try {
@@ -527,8 +538,15 @@ TrainConfig load_train_config(const std::string& yaml_path, const std::vector<st
     }
     if (!root.IsNull()) {
       if (!root.IsMap()) throw UserError(yaml_path + " must be a mapping of keys to values (see docs/config.md)");
-      std::map<std::string, int> lines;
-      collect(root, "", yaml_path, collected, lines);
+      hyperparallel_dialect = hp_yaml::is_hyperparallel_config(root);
+      if (hyperparallel_dialect) {
+        const hp_yaml::Translation t = hp_yaml::translate(root, yaml_path);
+        cp_algorithm_when_cp = t.cp_algorithm_when_cp;
+        take_translation(t, yaml_path, collected);
+      } else {
+        std::map<std::string, int> lines;
+        collect(root, "", yaml_path, collected, lines);
+      }
     }
   }
   for (const std::string& o : overrides) {
@@ -542,7 +560,16 @@ TrainConfig load_train_config(const std::string& yaml_path, const std::vector<st
     } catch (const YAML::Exception& e) {
       throw UserError("command line: " + key + ": '" + o.substr(eq + 1) + "' is not a YAML value (" + e.what() + ")");
     }
-    take_key(key, {node, "command line"}, collected);
+    if (hyperparallel_dialect && !find_key(key)) {  // HyperParallel's spelling, --training.train_iters=5
+      take_translation(hp_yaml::translate_override(key, node), "command line", collected);
+    } else {
+      take_key(key, {node, "command line"}, collected);
+    }
+  }
+  // A `when: cp` attention wrapper is inactive without context parallelism.
+  const auto cp_size = collected.values.find("accelerator.cp_size");
+  if (cp_algorithm_when_cp && (cp_size == collected.values.end() || YAML::Dump(cp_size->second.node) == "1")) {
+    collected.values.erase("accelerator.cp_algorithm");
   }
   try {
     merge_hyper_parallel_args(collected);

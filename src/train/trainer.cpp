@@ -52,16 +52,6 @@ int64_t resolve_eval_steps(const TrainConfig& c, int64_t total_steps) {
   return static_cast<int64_t>(c.eval_steps);
 }
 
-LrSchedule make_schedule(const TrainConfig& c, int64_t total_steps) {
-  LrSchedule s{c.lr_scheduler_type, c.learning_rate, resolve_warmup_steps(c.warmup_steps, c.warmup_ratio, total_steps), total_steps};
-  const LrSchedulerKwargs& kw = c.lr_scheduler_kwargs;
-  s.num_cycles = kw.num_cycles;
-  s.min_lr_rate = kw.min_lr_rate ? *kw.min_lr_rate : kw.min_lr ? *kw.min_lr / c.learning_rate : 0.0;
-  s.lr_end = kw.lr_end;
-  s.power = kw.power;
-  return s;
-}
-
 // Held-out accuracy (printed by rank 0, with a few answers after training), then every unit
 // back to its sharded state (a forward without backward leaves the root, and with
 // reshard_after_forward off every unit, unsharded).
@@ -145,8 +135,31 @@ CheckpointInfo resume_checkpoint(const std::string& dir, const TrainConfig& c, c
 
 // `bf16: auto` becomes bf16 compute only when every rank's CPU has fast bf16 matmul (one
 // rank without it would slow the whole job, and all ranks must agree on the dtype).
+// global_batch_size as gradient accumulation: rows per step over rows per micro-batch of all
+// data-parallel ranks (world / (tp x cp x pp)).
+void resolve_global_batch(TrainConfig& c, int64_t world_size) {
+  if (!c.global_batch_size) return;
+  const AcceleratorConfig& a = c.accelerator;
+  const int64_t parallel = a.tp_size * a.cp_size * a.pp_size;
+  const int64_t dp = world_size % parallel == 0 ? world_size / parallel : 0;
+  const int64_t per_step = c.per_device_train_batch_size * dp;
+  if (dp == 0 || *c.global_batch_size % per_step != 0) {
+    throw UserError("global_batch_size " + std::to_string(*c.global_batch_size) + " is not a multiple of micro_batch_size " +
+                    std::to_string(c.per_device_train_batch_size) + " x " + std::to_string(dp) + " data-parallel ranks (world " +
+                    std::to_string(world_size) + " / tp_size x cp_size x pp_size " + std::to_string(parallel) + ")");
+  }
+  const int64_t accumulation = *c.global_batch_size / per_step;
+  if (c.gradient_accumulation_steps != 1 && c.gradient_accumulation_steps != accumulation) {
+    throw UserError("global_batch_size " + std::to_string(*c.global_batch_size) + " means gradient_accumulation_steps " +
+                    std::to_string(accumulation) + " here, but it is set to " + std::to_string(c.gradient_accumulation_steps) +
+                    "; give one of them");
+  }
+  c.gradient_accumulation_steps = accumulation;
+}
+
 TrainConfig resolve_auto_choices(const TrainConfig& requested, comm::Communicator& world, std::ostream& log) {
   TrainConfig c = requested;
+  resolve_global_batch(c, world.size());
   if (!c.bf16_auto) return c;
   const platform::CpuFeatures cpu = platform::cpu_features();
   at::Tensor everyone = at::full({1}, cpu.fast_bf16() ? 1 : 0, at::kLong);
@@ -184,6 +197,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   models::ModelLoadOptions load;
   load.seed = static_cast<uint64_t>(c.seed);
   load.plan_overrides = c.plan_overrides;
+  load.num_hidden_layers = c.num_hidden_layers;
   const bool from_folder = !models::is_debug_flavour(c.model_name_or_path);
   load.deferred_init = from_folder;
   auto model = models::AutoModelForCausalLM::from_pretrained(c.model_name_or_path, load);
@@ -205,7 +219,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   fsdp::FSDPModule root = units.back();
   root.set_reduce_op_type("sum");  // each micro-batch loss is already divided by the global token count
   root.set_reshard_after_backward(c.fsdp_config.reshard_after_backward);
-  if (from_folder) models::load_pretrained_weights(*model, c.model_name_or_path);
+  if (from_folder) models::load_pretrained_weights(*model, c.model_name_or_path, c.num_hidden_layers.has_value());
   std::unique_ptr<PipelineTraining> pipeline;
   if (pipeline_plan) pipeline = std::make_unique<PipelineTraining>(*model, *pipeline_plan, layout, root, world, c);
   if (!c.do_train) {  // load, evaluate, export
@@ -241,7 +255,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
                                          static_cast<uint64_t>(c.seed));
   const int64_t total_steps = c.max_steps > 0 ? c.max_steps
                                               : static_cast<int64_t>(std::ceil(c.num_train_epochs * static_cast<double>(sampler.steps_per_epoch())));
-  const LrSchedule schedule = make_schedule(c, total_steps);
+  const LrSchedule schedule = lr_schedule_for(c, total_steps);
 
   data::SamplerPosition position;
   int64_t start_step = 0, tokens_before = 0, total_tokens = 0;  // tokens: before this run, in it

@@ -56,8 +56,7 @@ PlainRun plain_reference_run(const train::TrainConfig& c) {
   const data::GlobalBatchSampler sampler(static_cast<int64_t>(data.rows.size()),
                                          c.per_device_train_batch_size * c.gradient_accumulation_steps,
                                          static_cast<uint64_t>(c.seed));
-  const train::LrSchedule schedule{c.lr_scheduler_type, c.learning_rate,
-                                   train::resolve_warmup_steps(c.warmup_steps, c.warmup_ratio, c.max_steps), c.max_steps};
+  const train::LrSchedule schedule = train::lr_schedule_for(c, c.max_steps);
   PlainRun run;
   const auto evaluate = [&](int64_t steps_done) {
     at::NoGradGuard no_grad;

@@ -216,6 +216,31 @@ TEST(Checkpoint, PipelineCheckpointsLoadOnAnyPipelineSize) {
   for (const auto& dir : {full, same, pp4, fsdp2, one}) fs::remove_all(dir);
 }
 
+// The flagship job (Qwen3-MoE, TP2 + SP x CP2 x EP2 x FSDP2 on 8 ranks) saves a checkpoint that
+// resumes exactly on its own layout and within 1e-5 on 4 ranks as TP2 x EP2 and on one process;
+// the exports hold the same weights.
+TEST(Checkpoint, FlagshipCheckpointsResumeOnTp2Ep2AndOneProcess) {
+  const std::string full = temp_dir("flagship_4d");
+  const std::vector<std::string> moe = {"model_name_or_path=qwen3-moe-4d-debug"};
+  const auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), moe.begin(), moe.end());
+    return extra;
+  };
+  const std::vector<std::string> layout = with({"per_device_train_batch_size=4", "accelerator.tp_size=2", "accelerator.cp_size=2",
+                                               "accelerator.ep_size=2", "accelerator.sequence_parallel=true", "fsdp_config.dp_shard_size=2"});
+  train_on(8, full, layout);
+  const std::string from = full + "/checkpoint-8";
+  const std::string same = temp_dir("same_4d"), tp2_ep2 = temp_dir("tp2_ep2_from_4d"), one = temp_dir("one_from_4d");
+  std::vector<std::string> resume_same = layout;
+  resume_same.push_back("resume_from_checkpoint=" + from);
+  train_on(8, same, resume_same);
+  train_on(4, tp2_ep2, with({"per_device_train_batch_size=4", "accelerator.tp_size=2", "accelerator.ep_size=2", "resume_from_checkpoint=" + from}));
+  train_on(1, one, with({"per_device_train_batch_size=8", "resume_from_checkpoint=" + from}));
+  EXPECT_EQ(parameter_elements_written(from), hp::models::debug_flavour_config("qwen3-moe-4d-debug").parameter_count());
+  expect_resumed_runs_agree(full, same, {tp2_ep2, one}, one, {full, same, tp2_ep2});
+  for (const auto& dir : {full, same, tp2_ep2, one}) fs::remove_all(dir);
+}
+
 // optim: muon keeps each matrix's momentum as AdamW's exp_avg: a checkpoint of FSDP2 resumes
 // exactly on FSDP2 and within 1e-5 on one process.
 TEST(Checkpoint, MuonCheckpointsResume) {

@@ -32,6 +32,9 @@ struct ModelLoadOptions {
   uint64_t seed = 0;                  // initialisation of built-in flavours and from_config
   std::vector<PlanOverride> plan_overrides;
   std::shared_ptr<const ReplacementRegistry> replacements;  // null: the built-in registry
+  // Crop to the first N decoder layers (HyperParallel's model.num_hidden_layers): the config's
+  // count replaced; load the folder's weights with cropped = true. UserError above the count.
+  std::optional<int64_t> num_hidden_layers;
 };
 
 class AutoModelForCausalLM {
@@ -42,7 +45,9 @@ class AutoModelForCausalLM {
 };
 
 // Loads dir's weights into `model` (sharded by fully_shard or not; every rank calls it).
-void load_pretrained_weights(CausalLM& model, const std::string& dir);
+// `cropped`: the model keeps fewer layers than the folder (ModelLoadOptions::num_hidden_layers);
+// the folder's later layers are skipped instead of being an error.
+void load_pretrained_weights(CausalLM& model, const std::string& dir, bool cropped = false);
 
 struct SaveOptions {
   std::string max_shard_size = "5GB";  // transformers' default

@@ -67,7 +67,8 @@ ModelConfig load_model_config(const std::string& dir);  // dir/config.json
 std::string model_config_json(const ModelConfig& config, const std::string& torch_dtype = "float32");
 
 // Built-in tiny flavours that need no files: llama-debug, qwen2-debug, qwen3-debug,
-// qwen3-moe-debug. Returns false for other names.
+// qwen3-moe-debug, qwen3-moe-4d-debug (8 heads / 4 kv heads of 16: the flagship layout's).
+// Returns false for other names.
 bool is_debug_flavour(const std::string& name);
 ModelConfig debug_flavour_config(const std::string& name);  // UserError listing the flavours
 std::vector<std::string> debug_flavour_names();

@@ -35,4 +35,8 @@ struct LrSchedule {
 // warmup_steps when > 0, else ceil(warmup_ratio * total_steps), as HF's get_warmup_steps.
 int64_t resolve_warmup_steps(int64_t warmup_steps, double warmup_ratio, int64_t total_steps);
 
+struct TrainConfig;  // train/train_config.h
+// A run's schedule from its config (lr_scheduler_type, learning_rate, warmup, lr_scheduler_kwargs).
+LrSchedule lr_schedule_for(const TrainConfig& config, int64_t total_steps);
+
 }  // namespace hyperparallel::train

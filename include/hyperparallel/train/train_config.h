@@ -92,6 +92,7 @@ struct TrainConfig {
   std::string tokenizer;           // folder with tokenizer.json; "" = model_name_or_path
   std::vector<models::PlanOverride> plan_overrides;
   bool validate_placement = false;  // model.validate_placement: tp/placement_checks.h
+  std::optional<int64_t> num_hidden_layers;  // model.num_hidden_layers: keep the first N layers
   // method
   std::string stage = "sft";
   bool do_train = true;
@@ -130,6 +131,9 @@ struct TrainConfig {
   // training
   int64_t per_device_train_batch_size = 1;
   int64_t gradient_accumulation_steps = 1;
+  // Rows per optimizer step; set: gradient_accumulation_steps = it / (per_device_train_batch_size
+  // x data-parallel ranks), resolved when the world is known (trainer).
+  std::optional<int64_t> global_batch_size;
   double learning_rate = 5e-5;
   double weight_decay = 0.0;
   double adam_beta1 = 0.9;
