@@ -17,14 +17,15 @@ struct Target {
   const char* suffix;
   const char* place;  // the key holding it: model, optimizer, replace_module, ...
   const char* meaning;
+  const char* value = "";  // what it sets here: a plan override's replacement, a cp algorithm, an optim
 };
 
 const std::vector<Target>& targets() {
   static const std::vector<Target> t = {
       {"AutoModelForCausalLM.from_pretrained", "model", "the Hugging Face folder, loaded by AutoModelForCausalLM::from_pretrained"},
       {"AutoTokenizer.from_pretrained", "tokenizer", "the folder's tokenizer.json (data/tokenizer.h)"},
-      {"AdamW", "optimizer", "optim: adamw_torch (FusedAdamW; AdamW for every parameter)"},
-      {"Muon", "optimizer", "optim: muon (Muon for the matrices, AdamW for the rest; optim/muon.h)"},
+      {"AdamW", "optimizer", "optim: adamw_torch (FusedAdamW; AdamW for every parameter)", "adamw_torch"},
+      {"Muon", "optimizer", "optim: muon (Muon for the matrices, AdamW for the rest; optim/muon.h)", "muon"},
       {"MultiLRScheduler", "lr_scheduler", "the schedule of lr_decay_style over every param group"},
       {"build_online_text_dataset", "dataset", "the trainer's data pipeline (tokenize, template, cut at the sequence length)"},
       {"build_indexed_text_dataset", "dataset", "the trainer's data pipeline"},
@@ -33,13 +34,13 @@ const std::vector<Target>& targets() {
       {"build_online_text_collate_fn", "collate_fn", "the trainer's collation (padding, labels, positions)"},
       {"build_indexed_collate_fn", "collate_fn", "the trainer's collation"},
       {"ParallelBatch", "get_batch", "the trainer's split of each batch over the data-parallel and cp ranks"},
-      {"rms_norm", "replace_module", "plan override fused_rms_norm"},
-      {"attention", "replace_module", "plan override fused_qkv_attention"},
-      {"experts", "replace_module", "plan override grouped_experts"},
-      {"ulysses_cp_wrapper", "inner_wrapper", "accelerator.cp_algorithm: ulysses"},
-      {"ring_cp_wrapper", "inner_wrapper", "accelerator.cp_algorithm: ring"},
-      {"allgather_cp_wrapper", "inner_wrapper", "accelerator.cp_algorithm: allgather"},
-      {"hybrid_cp_wrapper", "inner_wrapper", "accelerator.cp_algorithm: hybrid"},
+      {"rms_norm", "replace_module", "plan override fused_rms_norm", "fused_rms_norm"},
+      {"attention", "replace_module", "plan override fused_qkv_attention", "fused_qkv_attention"},
+      {"experts", "replace_module", "plan override grouped_experts", "grouped_experts"},
+      {"ulysses_cp_wrapper", "inner_wrapper", "accelerator.cp_algorithm: ulysses", "ulysses"},
+      {"ring_cp_wrapper", "inner_wrapper", "accelerator.cp_algorithm: ring", "ring"},
+      {"allgather_cp_wrapper", "inner_wrapper", "accelerator.cp_algorithm: allgather", "allgather"},
+      {"hybrid_cp_wrapper", "inner_wrapper", "accelerator.cp_algorithm: hybrid", "hybrid"},
       {"ep_compute_fn", "local_compute_fn", "the built-in expert dispatch (all-to-all) with grouped experts"},
   };
   return t;
@@ -227,7 +228,7 @@ const std::map<std::string, Translator::Rule>& Translator::table() {
       {"optimizer._target_",
        [](Translator& t, const std::string& p, const YAML::Node& v) {
          if (const Target* found = t.target(p, v, "optimizer")) {
-           t.put("optim", YAML::Node(std::string(found->suffix) == "Muon" ? "muon" : "adamw_torch"), p);
+           t.put("optim", YAML::Node(std::string(found->value)), p);
          }
        }},
       {"optimizer.no_decay_params",
@@ -308,8 +309,7 @@ void Translator::plan_override(const YAML::Node& e, const std::string& where) {
   if (e["inner_wrapper"]) {
     const Target* t = target(where + ".inner_wrapper._target_", e["inner_wrapper"]["_target_"], "inner_wrapper");
     if (t) {
-      const std::string meaning = t->meaning;
-      put("accelerator.cp_algorithm", YAML::Node(meaning.substr(meaning.rfind(' ') + 1)), where + ".inner_wrapper");
+      put("accelerator.cp_algorithm", YAML::Node(std::string(t->value)), where + ".inner_wrapper");
       out_.cp_algorithm_when_cp = true;
     }
     return;
@@ -326,7 +326,7 @@ void Translator::plan_override(const YAML::Node& e, const std::string& where) {
                          "(the same numbers, slower)");
   }
   const std::string type = e["module_type"] && e["module_type"].IsScalar() ? e["module_type"].Scalar() : "";
-  const std::string ours = std::string(t->meaning).substr(std::string(t->meaning).rfind(' ') + 1);
+  const std::string ours = t->value;
   std::vector<std::string> matches;
   if (e["match"] && e["match"].IsSequence()) {
     for (const auto& m : e["match"]) matches.push_back(m.Scalar());

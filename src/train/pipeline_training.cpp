@@ -63,24 +63,23 @@ class PipelineTraining::RoutingPool {
     value_sum_ = 0;
   }
 
-  void after_forward(int64_t m, const models::SpanOutput& out) {
+  void after_forward(int64_t m, int64_t stage, const models::SpanOutput& out) {
     Pending& p = pending_[m];
-    const at::Tensor own = routing_vector(own_sums(m, out));
-    p.sums = p.sums.defined() ? p.sums + own : own;
+    const models::RoutingSums& own = p.own[stage] = own_sums(m, out);  // prob_sums keep their graph for backward
+    const at::Tensor v = routing_vector(own);
+    p.sums = p.sums.defined() ? p.sums + v : v;
     if (++p.stages_done == local_stages_) p.reduce = world_.all_reduce(p.sums);
   }
 
-  at::Tensor extra_loss(int64_t m, const models::SpanOutput& out) {
+  at::Tensor extra_loss(int64_t m, int64_t stage, const models::SpanOutput& out) {
     Pending& p = pending_.at(m);
     if (!p.reduced) {
       p.reduce.wait();
       p.reduced = true;
-      p.value = pooled_aux(p.sums, at::zeros({config_.num_experts}, at::kDouble), config_.num_experts, tp_).value;
-      value_sum_ += p.value;
+      value_sum_ += pooled_aux(p.sums, at::zeros({config_.num_experts}, at::kDouble), config_.num_experts, tp_).value;
     }
     if (out.router_logits.empty()) return {};
-    const models::RoutingSums own = own_sums(m, out);
-    return pooled_aux(p.sums, own.prob_sums, config_.num_experts, tp_).own_part * aux_coef_;
+    return pooled_aux(p.sums, p.own.at(stage).prob_sums, config_.num_experts, tp_).own_part * aux_coef_;
   }
 
   double value_sum() const { return value_sum_; }
@@ -88,10 +87,10 @@ class PipelineTraining::RoutingPool {
  private:
   struct Pending {
     at::Tensor sums;
+    std::map<int64_t, models::RoutingSums> own;  // per local stage
     size_t stages_done = 0;
     comm::CommHandle reduce;
     bool reduced = false;
-    double value = 0;
   };
   const models::ModelConfig& config_;
   comm::Communicator& world_;
@@ -133,8 +132,8 @@ PipelineTraining::PipelineTraining(models::CausalLM& model, PipelinePlan plan, c
   if (pooled_aux) {
     const size_t local = pp::stages_of_rank(pp_group->rank(), plan_.schedule.ranks, plan_.schedule.virtual_stages).size();
     routing_ = std::make_unique<RoutingPool>(model.config(), *world, tp_, local);
-    hooks.after_forward = [this](int64_t m, int64_t, const models::SpanOutput& out) { routing_->after_forward(m, out); };
-    hooks.extra_loss = [this](int64_t m, int64_t, const models::SpanOutput& out) { return routing_->extra_loss(m, out); };
+    hooks.after_forward = [this](int64_t m, int64_t s, const models::SpanOutput& out) { routing_->after_forward(m, s, out); };
+    hooks.extra_loss = [this](int64_t m, int64_t s, const models::SpanOutput& out) { return routing_->extra_loss(m, s, out); };
   }
   stage_ = std::make_unique<pp::PipelineStage>(model, plan_.split, plan_.schedule, pp_group, std::move(hooks));
 }
