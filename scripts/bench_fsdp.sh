@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
-# FSDP step time, exposed communication, memory and traffic next to 1 process, our DDP and
-# PyTorch DDP, 2 ranks, in one run (docs/benchmarks.md). PyTorch DDP needs python3-torch.
+# FSDP step time, exposed communication, memory and traffic next to 1 process, our bucketed
+# DDP and PyTorch DDP, 2 ranks: every mode launched LAUNCHES times (default 5), interleaved,
+# each launch's median step, reported as the median and min-max over launches, with the
+# ratios of the targets (docs/benchmarks.md). PyTorch DDP needs python3-torch (apt).
 set -euo pipefail
 # shellcheck source=bench_lib.sh
 source "$(dirname "$0")/bench_lib.sh"
 build=${1:-build}
 steps=${STEPS:-6}
+launches=${LAUNCHES:-5}
 run="$build/hyperparallel run --no-prefix"
 bench_header
-$run --nproc-per-node 1 -- "$build/fsdp_bench" single "$steps" | grep RESULT
+modes=(single "$run --nproc-per-node 1 -- $build/fsdp_bench single $steps")
 for mode in ddp fsdp_unfused fsdp; do
-  $run --nproc-per-node 2 -- "$build/fsdp_bench" "$mode" "$steps" | grep RESULT
+  modes+=("$mode" "$run --nproc-per-node 2 -- $build/fsdp_bench $mode $steps")
 done
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  $run --nproc-per-node 2 -- /usr/bin/python3 benchmarks/torch_ddp_bench.py "$steps" | grep RESULT
+  modes+=(torch_ddp "$run --nproc-per-node 2 -- /usr/bin/python3 benchmarks/torch_ddp_bench.py $steps")
 else
-  echo "RESULT mode=torch_ddp skipped (install python3-torch)"
+  echo "RESULT mode=torch_ddp skipped (apt-get install python3-torch)"
 fi
+interleave "$launches" "${modes[@]}"
+ratio fsdp torch_ddp
+ratio fsdp ddp
+ratio ddp torch_ddp
+bench_footer

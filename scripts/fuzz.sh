@@ -25,7 +25,7 @@ declare -A sources=(
   [safetensors]="src/io/safetensors.cpp src/io/user_files.cpp"
   [tokenizer]="src/data/tokenizer.cpp src/data/bpe_model.cpp src/data/utf8.cpp src/io/user_files.cpp src/platform/suggest.cpp"
   [tokenizer_encode]="src/data/tokenizer.cpp src/data/bpe_model.cpp src/data/utf8.cpp src/io/user_files.cpp src/platform/suggest.cpp"
-  [config]="src/train/train_config.cpp src/train/hyperparallel_yaml.cpp src/cp/cp_options.cpp src/train/config_values.cpp src/train/llamafactory_compat.cpp src/platform/suggest.cpp src/io/user_files.cpp"
+  [config]="src/train/train_config.cpp src/train/train_config_keys.cpp src/train/hyperparallel_yaml.cpp src/cp/cp_options.cpp src/train/config_values.cpp src/train/llamafactory_compat.cpp src/platform/suggest.cpp src/io/user_files.cpp"
   [dataset]="src/data/sft_dataset.cpp src/data/dataset_records.cpp src/data/tool_calls.cpp src/data/python_json.cpp src/data/utf8.cpp src/data/chat_template.cpp src/platform/suggest.cpp src/io/user_files.cpp"
   [store]="src/comm/store_server.cpp src/comm/store_protocol.cpp"
 )

@@ -50,6 +50,11 @@ void for_each_json_record(const std::string& path, const SftLoadOptions& options
 void for_each_text_line(const std::string& path, const SftLoadOptions& options, SftLoadReport* report,
                         const TextLineTaker& take);
 
+// One record as a conversation in `format` (kAuto: sharegpt when has_turns, else alpaca), or
+// BadRecord; sft_dataset.cpp's converters.
+bool has_turns(const nlohmann::ordered_json& record, const DatasetSchema& schema);
+Conversation read_conversation(const nlohmann::ordered_json& record, DatasetFormat format, const SftLoadOptions& options);
+
 // Whether `path` ends with `suffix` (".txt", ".jsonl").
 bool has_suffix(const std::string& path, const std::string& suffix);
 

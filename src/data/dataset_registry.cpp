@@ -169,6 +169,33 @@ std::vector<Sample> load_files(const ResolvedEntry& entry, SftLoadReport* report
   return out;
 }
 
+// A DatasetFile as a resolved entry: its schema overrides, no default role names.
+ResolvedEntry resolve_file(const DatasetFile& file, const SftLoadOptions& base, Reader reader) {
+  ResolvedEntry out;
+  out.where = "dataset_file.path";
+  out.format = DatasetFormat::kAuto;
+  if (file.formatting != "auto") {
+    try {
+      out.format = parse_dataset_format(file.formatting);
+    } catch (const UserError& e) {
+      throw UserError("dataset_file.formatting: " + std::string(e.what()) + " or auto");
+    }
+  }
+  out.options = base;
+  DatasetSchema& s = out.options.schema;
+  s.role_tag = file.role_tag;
+  s.content_tag = file.content_tag;
+  if (reader == Reader::kPretrain && (out.format == DatasetFormat::kAlpaca || out.format == DatasetFormat::kAuto)) {
+    s.prompt = file.column.empty() ? "text" : file.column;  // the text, alone (its query column unset)
+    s.query.clear();
+  } else {
+    s.messages = file.column;
+  }
+  if (reader == Reader::kPretrain) s.text_template = file.text_template;
+  out.files = dataset_files(fs::path(file.path), out.where, reader);
+  return out;
+}
+
 [[noreturn]] void unknown_dataset(const std::string& name, const Json& info, const fs::path& info_path) {
   std::vector<std::string> known = synthetic_dataset_names();
   if (info.is_object()) {
@@ -226,6 +253,20 @@ std::vector<TextSample> load_text_datasets(const std::string& names, const std::
     all.insert(all.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
   }
   return all;
+}
+
+std::vector<Conversation> load_dataset_file(const DatasetFile& file, const SftLoadOptions& options, SftLoadReport* report) {
+  return load_files<Conversation>(resolve_file(file, options, Reader::kSft), report,
+                                  [](const std::string& path, DatasetFormat format, const SftLoadOptions& o, SftLoadReport* r) {
+                                    return load_sft_file(path, format, o, r);
+                                  });
+}
+
+std::vector<TextSample> load_text_dataset_file(const DatasetFile& file, const SftLoadOptions& options, SftLoadReport* report) {
+  return load_files<TextSample>(resolve_file(file, options, Reader::kPretrain), report,
+                                [](const std::string& path, DatasetFormat format, const SftLoadOptions& o, SftLoadReport* r) {
+                                  return load_text_file(path, format, o, r);
+                                });
 }
 
 }  // namespace hyperparallel::data

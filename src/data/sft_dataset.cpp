@@ -256,6 +256,20 @@ DatasetFormat parse_dataset_format(const std::string& name) {
   throw UserError("dataset format '" + name + "' is not one of: alpaca, sharegpt, openai");
 }
 
+bool has_turns(const nlohmann::ordered_json& record, const DatasetSchema& schema) {
+  if (!schema.messages.empty()) return record.contains(schema.messages);
+  return record.contains("conversations") || record.contains("messages");
+}
+
+Conversation read_conversation(const nlohmann::ordered_json& record, DatasetFormat format, const SftLoadOptions& options) {
+  if (format == DatasetFormat::kAuto) format = has_turns(record, options.schema) ? DatasetFormat::kSharegpt : DatasetFormat::kAlpaca;
+  Conversation c = format == DatasetFormat::kAlpaca     ? from_alpaca(record, options)
+                   : format == DatasetFormat::kSharegpt ? from_sharegpt(record, options)
+                                                        : from_openai(record, options);
+  check_record_bytes(text_bytes(c));
+  return c;
+}
+
 std::vector<Conversation> load_sft_file(const std::string& path, DatasetFormat format, const SftLoadOptions& options,
                                         SftLoadReport* report) {
   if (has_suffix(path, ".txt")) {
@@ -264,10 +278,7 @@ std::vector<Conversation> load_sft_file(const std::string& path, DatasetFormat f
   }
   std::vector<Conversation> out;
   for_each_json_record(path, options, report, [&](const std::string& where, const Json& record) {
-    Conversation c = format == DatasetFormat::kAlpaca     ? from_alpaca(record, options)
-                     : format == DatasetFormat::kSharegpt ? from_sharegpt(record, options)
-                                                          : from_openai(record, options);
-    check_record_bytes(text_bytes(c));
+    Conversation c = read_conversation(record, format, options);
     c.source = where;
     out.push_back(std::move(c));
   });

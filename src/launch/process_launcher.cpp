@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "hyperparallel/launch/free_port.h"
+#include "hyperparallel/platform/user_error.h"
 
 extern char** environ;
 
@@ -193,8 +194,23 @@ std::string RankOutcome::describe() const {
   return text + " exited with code " + std::to_string(exit_code);
 }
 
-// How long a SIGPIPE death waits for the failure that caused it before it is named.
-constexpr std::chrono::seconds kRootCauseGrace{2};
+// A failing rank is often the consequence of another's: a rank whose peer has gone dies by
+// SIGPIPE or fails its next collective (rank 0's store closes while it unwinds from a user
+// error, before it has exited). So a failure waits a moment for its root cause before it is
+// named: a user error (exit 2) is named at once and outranks any failure before it; a
+// failure outranks a SIGPIPE death. How long each kind waits:
+constexpr std::chrono::seconds kSigpipeGrace{2};
+constexpr std::chrono::seconds kFailureGrace{3};
+
+namespace {
+
+// 2: a user error, the root cause of whatever followed; 1: a failure; 0: a SIGPIPE death.
+int root_cause_rank(const RankOutcome& o) {
+  if (o.signaled) return o.signal == SIGPIPE ? 0 : 1;
+  return o.exit_code == kExitUserError ? 2 : 1;
+}
+
+}  // namespace
 
 LaunchResult launch_ranks(const LaunchSpec& spec_in) {
   LaunchSpec spec = spec_in;
@@ -232,8 +248,8 @@ LaunchResult launch_ranks(const LaunchSpec& spec_in) {
   bool killed = false;
   Clock::time_point kill_at{};
   std::optional<Clock::time_point> pipes_deadline;
-  std::optional<RankOutcome> consequence;  // a SIGPIPE death, named only if nothing else fails
-  Clock::time_point consequence_deadline{};
+  std::optional<RankOutcome> candidate;  // the failure to name, once its grace has passed
+  Clock::time_point candidate_deadline{};
   auto stop_all = [&](int sig) {
     for (auto& c : children) {
       if (!c.running) continue;
@@ -280,20 +296,15 @@ LaunchResult launch_ranks(const LaunchSpec& spec_in) {
       c.outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
       killpg(c.outcome.pid, SIGKILL);  // whatever the rank left behind in its group
       if (c.outcome.ok() || stopping) continue;
-      // A rank killed by SIGPIPE wrote to a peer that had already gone: a consequence. Give
-      // the root cause a moment to show before naming anyone.
-      if (c.outcome.signaled && c.outcome.signal == SIGPIPE) {
-        if (!consequence) {
-          consequence = c.outcome;
-          consequence_deadline = Clock::now() + kRootCauseGrace;
-        }
-        continue;
-      }
-      result.first_failure = c.outcome;
-      stop_all(SIGTERM);
+      const int cause = root_cause_rank(c.outcome);
+      if (candidate && cause <= root_cause_rank(*candidate)) continue;  // the earlier one stays
+      const auto now = Clock::now();
+      const auto deadline = cause == 2 ? now : now + (cause == 0 ? kSigpipeGrace : kFailureGrace);
+      candidate_deadline = candidate ? std::min(candidate_deadline, deadline) : deadline;
+      candidate = c.outcome;
     }
-    if (consequence && !stopping && Clock::now() >= consequence_deadline) {
-      result.first_failure = consequence;
+    if (candidate && !stopping && Clock::now() >= candidate_deadline) {
+      result.first_failure = candidate;
       stop_all(SIGTERM);
     }
 
@@ -327,7 +338,7 @@ LaunchResult launch_ranks(const LaunchSpec& spec_in) {
     }
   }
 
-  if (!result.first_failure && consequence) result.first_failure = consequence;  // every other rank ended first
+  if (!result.first_failure && candidate) result.first_failure = candidate;  // every other rank ended first
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGPIPE, &old_pipe, nullptr);

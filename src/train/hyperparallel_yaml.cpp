@@ -29,10 +29,14 @@ const std::vector<Target>& targets() {
       {"MultiLRScheduler", "lr_scheduler", "the schedule of lr_decay_style over every param group"},
       {"build_online_text_dataset", "dataset", "the trainer's data pipeline (tokenize, template, cut at the sequence length)"},
       {"build_indexed_text_dataset", "dataset", "the trainer's data pipeline"},
+      {"build_llm_dataset", "dataset", "the trainer's data pipeline"},
       {"build_llm_data_transform", "data_transform", "the trainer's tokenization and chat template"},
-      {"FixedBatchDataLoader", "dataloader", "the trainer's global-batch sampler (data/batch_sampler.h)"},
+      {"DataLoader", "dataloader", "the trainer's global-batch sampler (data/batch_sampler.h)"},
       {"build_online_text_collate_fn", "collate_fn", "the trainer's collation (padding, labels, positions)"},
       {"build_indexed_collate_fn", "collate_fn", "the trainer's collation"},
+      {"build_llm_collator", "collate_fn", "the trainer's collation"},
+      {"build_llm_get_batch", "get_batch", "the trainer's split of each batch over the data-parallel and cp ranks"},
+      {"ChatmlTemplate", "chat_template", "the template key's chat template (default: qwen3 for a Qwen model)"},
       {"ParallelBatch", "get_batch", "the trainer's split of each batch over the data-parallel and cp ranks"},
       {"rms_norm", "replace_module", "plan override fused_rms_norm", "fused_rms_norm"},
       {"attention", "replace_module", "plan override fused_qkv_attention", "fused_qkv_attention"},
@@ -114,11 +118,12 @@ class Translator {
   std::string decay_style_ = "linear";
   double min_lr_ = 0;
   std::string model_path_;
+  bool mock_data_ = false;
 
   static bool is_section(const std::string& s) { return std::find(kSections.begin(), kSections.end(), s) != kSections.end(); }
 
   void leaves(const std::string& path, const YAML::Node& v) {
-    if (v.IsMap()) {
+    if (v.IsMap() && !table().count(path)) {  // a rule may take a whole mapping (role_map)
       for (const auto& item : v) leaves(path + "." + item.first.Scalar(), item.second);
       return;
     }
@@ -150,7 +155,7 @@ class Translator {
   const Target* target(const std::string& path, const YAML::Node& v, const std::string& place_path) {
     const std::string place = place_path.substr(place_path.rfind('.') == std::string::npos ? 0 : place_path.rfind('.') + 1);
     const std::string name = v.IsScalar() ? v.Scalar() : std::string();
-    if (name.rfind("hyper_parallel.", 0) == 0 || name.rfind("transformers.", 0) == 0) {
+    if (name.rfind("hyper_parallel.", 0) == 0 || name.rfind("hyper_models.", 0) == 0 || name.rfind("transformers.", 0) == 0) {
       for (const Target& t : targets()) {
         if (place == t.place && ends_with(name, t.suffix)) return &t;
       }
@@ -173,6 +178,9 @@ class Translator {
 };
 
 const std::map<std::string, Translator::Rule>& Translator::table() {
+  static const Rule save_checkpoints = [](Translator& t, const std::string& p, const YAML::Node& v) {
+    t.put("save_strategy", YAML::Node(v.IsScalar() && v.Scalar() == "true" ? "steps" : "no"), p);
+  };
   static const std::map<std::string, Rule> rules = {
       {"model._target_", [](Translator& t, const std::string& p, const YAML::Node& v) { t.target(p, v, "model"); }},
       {"model.pretrained_model_name_or_path",
@@ -195,6 +203,8 @@ const std::map<std::string, Translator::Rule>& Translator::table() {
       {"model.ignore_mismatched_sizes", ignored("every tensor's shape is checked against the config; a mismatch is an error")},
       {"model.trust_remote_code", ignored("no Python code is run: only the built-in architectures load")},
       {"training.train_iters", to("max_steps")},
+      {"training.train_steps", to("max_steps")},
+      {"training.eval_iters", ignored("evaluation is do_eval / eval_strategy here; no eval pass runs unless asked for")},
       {"training.train_samples",
        [](Translator& t, const std::string& p, const YAML::Node& v) {
          if (!v.IsNull()) t.problem(p + " is not read here; give training.train_iters (optimizer steps)");
@@ -261,10 +271,8 @@ const std::map<std::string, Translator::Rule>& Translator::table() {
       {"lr_scheduler.lr_config.lr_warmup_steps", to("warmup_steps")},
       {"lr_scheduler.lr_config.min_lr",
        [](Translator& t, const std::string& p, const YAML::Node& v) { t.min_lr_ = v.IsScalar() ? v.as<double>(0.0) : 0.0; }},
-      {"checkpoint.save_ckpt",
-       [](Translator& t, const std::string& p, const YAML::Node& v) {
-         t.put("save_strategy", YAML::Node(v.IsScalar() && v.Scalar() == "true" ? "steps" : "no"), p);
-       }},
+      {"checkpoint.save_ckpt", save_checkpoints},
+      {"checkpoint.enabled", save_checkpoints},  // the newer trainer's name
       {"checkpoint.save_interval", to("save_steps")},
       {"checkpoint.checkpoint_dir",
        [](Translator& t, const std::string& p, const YAML::Node& v) {
@@ -274,17 +282,52 @@ const std::map<std::string, Translator::Rule>& Translator::table() {
        [](Translator& t, const std::string& p, const YAML::Node& v) {
          if (!v.IsNull() && v.IsScalar() && !v.Scalar().empty()) t.put("resume_from_checkpoint", v, p);
        }},
-      {"dataset.data_path",
-       [](Translator& t, const std::string& p, const YAML::Node&) {
-         t.problem(p + ": a data file by path is not read yet; register it in dataset_dir/dataset_info.json and name it with "
-                       "dataset.name (docs/hyperparallel-yaml.md), or use dataset.data_config.mock_data: true");
+      {"dataset.data_path", to("dataset_file.path")},
+      {"dataset.data_config.hf_dataset_name",
+       [](Translator& t, const std::string& p, const YAML::Node& v) {
+         if (!v.IsNull()) t.problem(p + ": nothing is downloaded here; save the dataset as a local .jsonl file and name it with dataset.data_path");
+       }},
+      {"dataset.data_transform.data_type",
+       [](Translator& t, const std::string& p, const YAML::Node& v) {
+         const std::string type = v.IsScalar() ? v.Scalar() : "";
+         if (type == "conversation") {
+           t.put("stage", YAML::Node("sft"), p);
+           t.put("dataset_file.formatting", YAML::Node("sharegpt"), p);
+         } else if (type == "plaintext") {
+           t.put("stage", YAML::Node("pt"), p);
+           t.put("dataset_file.formatting", YAML::Node("alpaca"), p);
+         } else if (type == "pretokenized") {
+           t.problem(p + ": pretokenized (Megatron .bin/.idx) data is not read here; give the texts as a .jsonl file "
+                         "(data_type: plaintext) or the chats (data_type: conversation)");
+         } else {
+           t.problem(p + ": " + excerpt(type.empty() ? YAML::Dump(v) : type) + " is not conversation or plaintext");
+         }
+       }},
+      {"dataset.data_transform.text_keys",
+       [](Translator& t, const std::string& p, const YAML::Node& v) {
+         if (v.IsSequence() && v.size() == 1 && v[0].IsScalar()) return t.put("dataset_file.column", v[0], p);
+         if (!v.IsScalar()) return t.problem(p + ": a list of fields to try in turn is not read here; name the one field every record has");
+         t.put("dataset_file.column", v, p);
+       }},
+      {"dataset.data_transform.role_key", to("dataset_file.role_tag")},
+      {"dataset.data_transform.content_key", to("dataset_file.content_tag")},
+      {"dataset.data_transform.text_template", to("dataset_file.text_template")},
+      {"dataset.data_transform.role_map",
+       [](Translator& t, const std::string& p, const YAML::Node& v) {
+         if (!v.IsNull() && v.size() > 0) {
+           t.problem(p + ": role aliases are not read here; the roles human|user, gpt|assistant, system, observation|tool and "
+                         "function_call are understood as they are");
+         }
        }},
       {"dataset.name", to("dataset")},
       {"dataset.dataset_dir", to("dataset_dir")},
       {"dataset.template", to("template")},
       {"dataset.data_config.mock_data",
        [](Translator& t, const std::string& p, const YAML::Node& v) {
-         if (v.IsScalar() && v.Scalar() == "true") t.put("dataset", YAML::Node("synthetic_reverse"), p);
+         if (v.IsScalar() && v.Scalar() == "true") {
+           t.mock_data_ = true;
+           t.put("dataset", YAML::Node("synthetic_reverse"), p);
+         }
        }},
       {"dataset.data_config.seq_length", to("cutoff_len")},
       {"dataset.data_transform.max_seq_len", to("cutoff_len")},
@@ -357,7 +400,16 @@ void Translator::finish() {
   }
   // Our dialect's required keys, where HyperParallel's files leave them implicit.
   if (!set_.count("output_dir")) put("output_dir", YAML::Node("output/hyperparallel"), "(default)");
-  if (!set_.count("dataset")) put("dataset", YAML::Node("synthetic_reverse"), "(default: mock data)");
+  if (mock_data_) {  // as in HyperParallel, mock data wins over a data_path and its transform
+    if (set_.count("dataset_file.path")) ignore(set_by_["dataset_file.path"], "dataset.data_config.mock_data: true trains on the mock data");
+    if (set_.count("stage") && set_by_["stage"] == "dataset.data_transform.data_type") set_.erase("stage");
+    for (const char* key : {"dataset_file.path", "dataset_file.formatting", "dataset_file.column", "dataset_file.role_tag",
+                            "dataset_file.content_tag", "dataset_file.text_template"}) {
+      set_.erase(key);
+    }
+  } else if (!set_.count("dataset") && !set_.count("dataset_file.path")) {
+    put("dataset", YAML::Node("synthetic_reverse"), "(default: mock data)");
+  }
   if (!set_.count("template")) {
     std::string lower = model_path_;
     std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });

@@ -37,7 +37,7 @@ fs::path canonical_or_self(const std::string& path) {
   return ec ? fs::path(path).lexically_normal() : p;
 }
 
-// The run's input folders that exist, with the key that names each.
+// The run's inputs that exist (folders; a dataset file), with the key that names each.
 std::vector<std::pair<std::string, fs::path>> input_folders(const TrainConfig& c) {
   std::vector<std::pair<std::string, fs::path>> out;
   std::error_code ec;
@@ -49,6 +49,10 @@ std::vector<std::pair<std::string, fs::path>> input_folders(const TrainConfig& c
     out.emplace_back("tokenizer", canonical_or_self(t.string()));
   }
   if (!c.dataset_dir.empty() && fs::is_directory(c.dataset_dir, ec)) out.emplace_back("dataset_dir", canonical_or_self(c.dataset_dir));
+  // A dataset file (not its folder: an output_dir beside it is fine) or a dataset folder.
+  if (!c.dataset_file.path.empty() && fs::exists(c.dataset_file.path, ec)) {
+    out.emplace_back("dataset_file.path", canonical_or_self(c.dataset_file.path));
+  }
   return out;
 }
 

@@ -29,16 +29,29 @@ data::ChatTemplate chat_template_for(const TrainConfig& config, const data::Toke
 
 namespace {
 
-// Labelled rows of the named datasets, as the stage builds them (pt: text blocks; sft:
-// templated conversations, packed when asked). `count` gets the texts or conversations read.
-std::vector<data::TrainingRow> build_rows(const TrainConfig& config, const std::string& datasets, const data::Tokenizer& tokenizer,
-                                          TrainData& out, int64_t& count) {
+data::DatasetFile dataset_file(const DatasetFileConfig& c) {
+  return {c.path, c.formatting, c.column, c.role_tag, c.content_tag, c.text_template};
+}
+
+// `more` after `all`.
+template <typename T>
+void append(std::vector<T>& all, std::vector<T> more) {
+  all.insert(all.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+}
+
+// Labelled rows of the named datasets (and, with `file`, the dataset file after them), as
+// the stage builds them (pt: text blocks; sft: templated conversations, packed when asked).
+// `count` gets the texts or conversations read.
+std::vector<data::TrainingRow> build_rows(const TrainConfig& config, const std::string& datasets, const DatasetFileConfig* file,
+                                          const data::Tokenizer& tokenizer, TrainData& out, int64_t& count) {
   data::SftLoadOptions load;
   load.max_samples = config.max_samples;
   load.on_bad_record = config.bad_records == "skip" ? data::BadRecordPolicy::kSkip : data::BadRecordPolicy::kStop;
   if (config.stage == "pt") {
     // LlamaFactory's pretraining: every token of plain texts. See docs/data.md "Pretraining text".
-    const auto texts = data::load_text_datasets(datasets, config.dataset_dir, load, &out.load_report);
+    std::vector<data::TextSample> texts;
+    if (!datasets.empty()) texts = data::load_text_datasets(datasets, config.dataset_dir, load, &out.load_report);
+    if (file) append(texts, data::load_text_dataset_file(dataset_file(*file), load, &out.load_report));
     count = static_cast<int64_t>(texts.size());
     data::PretrainOptions pretrain;
     pretrain.cutoff_len = config.cutoff_len;
@@ -50,7 +63,9 @@ std::vector<data::TrainingRow> build_rows(const TrainConfig& config, const std::
   // The template's tool format checks tool records as they load, so a bad one is named file:line.
   const data::ChatTemplate chat_template = chat_template_for(config, tokenizer);
   load.tool_format = chat_template.tool_format();
-  const auto conversations = data::load_datasets(datasets, config.dataset_dir, load, &out.load_report);
+  std::vector<data::Conversation> conversations;
+  if (!datasets.empty()) conversations = data::load_datasets(datasets, config.dataset_dir, load, &out.load_report);
+  if (file) append(conversations, data::load_dataset_file(dataset_file(*file), load, &out.load_report));
   count = static_cast<int64_t>(conversations.size());
   data::SampleOptions sample;
   sample.cutoff_len = config.cutoff_len;
@@ -105,10 +120,11 @@ TrainData prepare_train_data(const TrainConfig& config) {
   out.pad_id = pad.empty() ? 0 : out.tokenizer->token_to_id(pad).value_or(0);
   if (!config.do_train) return out;  // the tokenizer only: nothing to train on
 
-  out.rows = build_rows(config, config.dataset, *out.tokenizer, out, out.conversations);
+  const DatasetFileConfig* file = config.dataset_file.path.empty() ? nullptr : &config.dataset_file;
+  out.rows = build_rows(config, config.dataset, file, *out.tokenizer, out, out.conversations);
   if (!config.eval_dataset.empty()) {
     int64_t eval_count = 0;
-    out.eval_rows = build_rows(config, config.eval_dataset, *out.tokenizer, out, eval_count);
+    out.eval_rows = build_rows(config, config.eval_dataset, nullptr, *out.tokenizer, out, eval_count);
   } else if (config.val_size > 0) {
     out.eval_rows = split_validation(out.rows, config.val_size, static_cast<uint64_t>(config.seed));
   }

@@ -21,6 +21,7 @@
 #include "hyperparallel/optim/fused_adamw.h"
 #include "hyperparallel/optim/muon.h"
 #include "hyperparallel/optim/state_file.h"
+#include "hyperparallel/platform/bf16_matmul.h"
 #include "hyperparallel/platform/cpu_features.h"
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/pp/stage_split.h"
@@ -157,10 +158,32 @@ void resolve_global_batch(TrainConfig& c, int64_t world_size) {
   c.gradient_accumulation_steps = accumulation;
 }
 
+// bf16 compute (bf16, or bf16 parameters in fsdp_config.mix_precision) needs a bf16 matmul
+// that accumulates in fp32 on every rank (platform/bf16_matmul.h). Elsewhere the run computes
+// in fp32 and says so: LlamaFactory's configs ask for bf16 as a speed hint, and wrong numbers
+// or a refusal would both be worse.
+void keep_bf16_where_accurate(TrainConfig& c, comm::Communicator& world, std::ostream& log) {
+  std::string& param_dtype = c.fsdp_config.mix_precision.param_dtype;
+  if (!c.bf16 && param_dtype != "bfloat16") return;
+  const bool mine = platform::bf16_matmul_accumulates_in_fp32();
+  at::Tensor accurate = at::full({1}, mine ? 1 : 0, at::kLong);
+  world.all_reduce(accurate, comm::ReduceOp::kMin).wait();
+  if (accurate.item<int64_t>() == 1) return;
+  if (world.rank() == 0) {
+    log << (c.bf16 ? "bf16: true" : "fsdp_config.mix_precision.param_dtype: bfloat16") << " -> fp32 compute (LibTorch's bf16 matmul on "
+        << (mine ? "a rank's" : "this") << " CPU, without AVX-512, accumulates in bfloat16: 1024 ones sum to 256)\n";
+  }
+  c.bf16 = false;
+  param_dtype = "float32";
+}
+
 TrainConfig resolve_auto_choices(const TrainConfig& requested, comm::Communicator& world, std::ostream& log) {
   TrainConfig c = requested;
   resolve_global_batch(c, world.size());
-  if (!c.bf16_auto) return c;
+  if (!c.bf16_auto) {
+    keep_bf16_where_accurate(c, world, log);
+    return c;
+  }
   const platform::CpuFeatures cpu = platform::cpu_features();
   at::Tensor everyone = at::full({1}, cpu.fast_bf16() ? 1 : 0, at::kLong);
   world.all_reduce(everyone, comm::ReduceOp::kMin).wait();
@@ -171,6 +194,7 @@ TrainConfig resolve_auto_choices(const TrainConfig& requested, comm::Communicato
                                              " CPU has neither AVX512_BF16 nor AMX-BF16, where bf16 matmul is slower than fp32)")
         << "\n";
   }
+  keep_bf16_where_accurate(c, world, log);
   return c;
 }
 

@@ -137,7 +137,7 @@ void expect_matches_one_process(testing::RankContext& ctx, const Layout& l) {
   testing::expect_same_training(ref, got, 1e-5);
 }
 
-TEST(ContextParallel, EveryAlgorithmTrainsAsOneProcessAtCp4) {
+TEST(ContextParallelWide, EveryAlgorithmTrainsAsOneProcessAtCp4) {
   testing::run_on_ranks(4, [](testing::RankContext& ctx) {
     for (const char* algorithm : {"ulysses", "allgather", "ring"}) expect_matches_one_process(ctx, Layout{4, 4, 1, algorithm, 0});
     expect_matches_one_process(ctx, Layout{4, 4, 1, "hybrid", 2});
@@ -233,7 +233,7 @@ double attention_peak_mb(const testing::RankContext* ctx, const std::string& alg
 
 // Attention activations per rank fall with cp: [T x T] scores at cp 1, about 1/cp of them
 // with all-gather and Ulysses, and ring keeps only q, k, v, output and log-sum-exp.
-TEST(ContextParallel, PeakMemoryPerRankFallsWithCp) {
+TEST(ContextParallelWide, PeakMemoryPerRankFallsWithCp) {
 #ifdef __SANITIZE_ADDRESS__
   GTEST_SKIP() << "ASan's allocator keeps freed memory in quarantine: RSS does not follow live tensors";
 #endif

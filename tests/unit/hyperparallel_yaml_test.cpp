@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/train/train_config.h"
 #include "support/subprocess.h"
+#include "support/trainer_runs.h"
 
 namespace hp = hyperparallel;
 
@@ -146,4 +148,113 @@ TEST(HyperParallelYaml, MistypedFilesEndWithExitCodeTwoAndTheFix) {
     EXPECT_EQ(run.exit_code, 2) << run.output;
     EXPECT_NE(run.output.find(c.expected), std::string::npos) << run.output;
   }
+}
+
+namespace {
+
+// A small HyperParallel file on the debug Qwen3 reading `dataset` (its dataset section's
+// entries, indented under it), 3 steps of 4 rows, logged every step, into `out`.
+std::string small_job(const std::string& dataset, const std::string& out) {
+  return "model:\n"
+         "  _target_: hyper_parallel.models.HyperAutoModelForCausalLM.from_pretrained\n"
+         "  pretrained_model_name_or_path: qwen3-debug\n"
+         "training:\n  train_iters: 3\n  global_batch_size: 4\n  micro_batch_size: 2\n  seed: 7\n  log_interval: 1\n"
+         "dataset:\n"
+         "  model_assets:\n    tokenizer:\n      pretrained_model_name_or_path: " HP_SOURCE_DIR "/examples/tokenizer\n" +
+         dataset + "checkpoint:\n  checkpoint_dir: " + out + "\n";
+}
+
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::trunc) << text; }
+
+// Trains `yaml` in one process (plus `extra` flags); its logged losses.
+std::vector<double> losses_of(const std::string& name, const std::string& yaml, const std::vector<std::string>& extra = {}) {
+  std::filesystem::remove_all(::testing::TempDir() + "hp_hpyaml_" + name + "_out");
+  std::vector<std::string> argv = {HP_CLI_PATH, "train", write_yaml(name, yaml), "--nproc_per_node=1"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  const auto run = hp::testing::run_subprocess(argv);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  return hp::testing::trainer_runs::logged_losses(::testing::TempDir() + "hp_hpyaml_" + name + "_out");
+}
+
+}  // namespace
+
+// dataset.data_path with HyperParallel's data_transform names a jsonl file by its path: the
+// chats in it (fields renamed by text_keys / role_key / content_key, roles in either spelling)
+// train exactly as the same chats registered in dataset_info.json; the texts of a plaintext
+// transform (text_template) exactly as the rendered texts registered for stage pt.
+TEST(HyperParallelYaml, ADataPathTrainsAsTheSameDataRegistered) {
+  const std::string dir = ::testing::TempDir() + "hp_hpyaml_data";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string chats, registered, records, texts;
+  for (int i = 0; i < 12; ++i) {
+    const std::string q = "reverse " + std::to_string(i * 7) + " " + std::to_string(i + 3), a = std::to_string(i + 3) + " " + std::to_string(i * 7);
+    const bool openai_roles = i % 2 == 1;
+    chats += R"({"dialog": [{"speaker": ")" + std::string(openai_roles ? "user" : "human") + R"(", "text": ")" + q +
+             R"("}, {"speaker": ")" + (openai_roles ? "assistant" : "gpt") + R"(", "text": ")" + a + R"("}]})" + "\n";
+    registered += R"({"conversations": [{"from": "human", "value": ")" + q + R"("}, {"from": "gpt", "value": ")" + a + R"("}]})" + "\n";
+    records += R"({"q": ")" + q + R"(", "n": )" + std::to_string(i) + R"(, "a": ")" + a + R"("})" + "\n";
+    texts += R"({"text": "Q{)" + std::to_string(i) + R"(}: )" + q + R"(\nA: )" + a + R"("})" + "\n";
+  }
+  write_text(dir + "/chats.jsonl", chats);
+  write_text(dir + "/registered.jsonl", registered);
+  write_text(dir + "/records.jsonl", records);
+  write_text(dir + "/texts.jsonl", texts);
+  write_text(dir + "/dataset_info.json", R"({"chats": {"file_name": "registered.jsonl", "formatting": "sharegpt"},
+    "texts": {"file_name": "texts.jsonl", "columns": {"prompt": "text"}}})");
+  const std::string out = ::testing::TempDir() + "hp_hpyaml_";
+  const auto by_path = losses_of("chat_path", small_job("  data_path: " + dir + "/chats.jsonl\n"
+                                                        "  data_transform:\n    data_type: conversation\n    text_keys: dialog\n"
+                                                        "    role_key: speaker\n    content_key: text\n    max_seq_len: 64\n",
+                                                        out + "chat_path_out"));
+  const auto by_name = losses_of("chat_name", small_job("  name: chats\n  dataset_dir: " + dir + "\n  data_config:\n    seq_length: 64\n",
+                                                        out + "chat_name_out"));
+  ASSERT_EQ(by_path.size(), 3u);
+  EXPECT_EQ(by_path, by_name);
+  const auto text_path = losses_of("text_path", small_job("  data_path: " + dir + "/records.jsonl\n"
+                                                          "  data_transform:\n    data_type: plaintext\n"
+                                                          "    text_template: \"Q{{{n}}}: {q}\\nA: {a}\"\n    max_seq_len: 16\n",
+                                                          out + "text_path_out"));
+  const auto text_name = losses_of("text_name", small_job("  name: texts\n  dataset_dir: " + dir + "\n  data_config:\n    seq_length: 16\n",
+                                                          out + "text_name_out"), {"--stage=pt"});
+  ASSERT_EQ(text_path.size(), 3u);
+  EXPECT_EQ(text_path, text_name);
+  EXPECT_NE(text_path, by_path);  // the texts are not the chats
+}
+
+// What a data_path cannot mean here fails before training with the key and the fix.
+TEST(HyperParallelYaml, DataPathsThatCannotBeReadAreNamed) {
+  const std::string out = ::testing::TempDir() + "hp_hpyaml_bad_data_out";
+  const struct {
+    std::string dataset, expected;
+  } cases[] = {
+      {"  data_path: Salesforce/wikitext\n  data_config:\n    hf_dataset_name: Salesforce/wikitext\n",
+       "dataset.data_config.hf_dataset_name: nothing is downloaded here; save the dataset as a local .jsonl file"},
+      {"  data_path: corpus_text_document\n  data_transform:\n    data_type: pretokenized\n",
+       "dataset.data_transform.data_type: pretokenized (Megatron .bin/.idx) data is not read here"},
+      {"  data_path: x.jsonl\n  data_transform:\n    data_type: conversation\n    text_keys: [messages, conversations]\n",
+       "dataset.data_transform.text_keys: a list of fields to try in turn is not read here"},
+      {"  data_path: x.jsonl\n  data_transform:\n    data_type: conversation\n    role_map: {bot: assistant}\n",
+       "dataset.data_transform.role_map: role aliases are not read here"},
+      {"  data_path: x.jsonl\n  data_transform:\n    data_type: conversation\n    text_template: \"{a}\"\n",
+       "dataset_file.text_template renders the texts of stage pt"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.dataset);
+    EXPECT_NE(user_error_of(write_yaml("bad_data", small_job(c.dataset, out))).find(c.expected), std::string::npos)
+        << user_error_of(write_yaml("bad_data", small_job(c.dataset, out)));
+  }
+  // A missing file is named at the start of the run, exit code 2.
+  const auto run = hp::testing::run_subprocess(
+      {HP_CLI_PATH, "train", write_yaml("missing", small_job("  data_path: /nonexistent/chats.jsonl\n", out)), "--nproc_per_node=1"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("dataset_file.path: file /nonexistent/chats.jsonl does not exist"), std::string::npos) << run.output;
+  // mock_data wins over a data_path, as in HyperParallel; the path is listed as ignored.
+  const hp::train::TrainConfig mock = hp::train::load_train_config(
+      write_yaml("mock", small_job("  data_path: x.jsonl\n  data_transform:\n    data_type: plaintext\n"
+                                   "  data_config:\n    mock_data: true\n", out)), {});
+  EXPECT_EQ(mock.dataset, "synthetic_reverse");
+  EXPECT_TRUE(mock.dataset_file.path.empty());
+  EXPECT_EQ(mock.stage, "sft");
+  EXPECT_TRUE(ignored(mock, "dataset.data_path"));
 }

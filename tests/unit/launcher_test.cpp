@@ -108,6 +108,18 @@ TEST(Launcher, ASigpipeDeathIsNotTakenForTheRootCause) {
   EXPECT_TRUE(processes_with(marker()).empty()) << "orphans left behind";
 }
 
+// Rank 0 unwinding from a user error closes its store before it exits, and a peer fails its
+// next collective on that: the user error (exit 2) is the one named, and the job's exit code.
+TEST(Launcher, AUserErrorOutranksTheFailuresItCaused) {
+  const auto r = run_subprocess(run_cli(
+      3, "if [ \"$RANK\" = 1 ]; then sleep 0.2; exit 1; fi; if [ \"$RANK\" = 0 ]; then sleep 0.6; exit 2; fi; exec sleep " +
+             marker()));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(rank 0 \(pid [0-9]+\) exited with code 2)"))) << r.output;
+  EXPECT_LT(r.seconds, 15.0);
+  EXPECT_TRUE(processes_with(marker()).empty()) << "orphans left behind";
+}
+
 TEST(Launcher, ARankIgnoringSigtermIsKilledAfterTheGracePeriod) {
   // Rank 0 fails; rank 1 ignores SIGTERM, so only the SIGKILL 10 s later ends it.
   const auto r = run_subprocess(

@@ -163,14 +163,14 @@ TEST(PipelineParallel, EveryScheduleTrainsAsOneProcessAtPp2) {
   });
 }
 
-TEST(PipelineParallel, EveryScheduleTrainsAsOneProcessAtPp4) {
+TEST(PipelineParallelWide, EveryScheduleTrainsAsOneProcessAtPp4) {
   testing::run_on_ranks(4, [](testing::RankContext& ctx) {
     for (const char* schedule : {"gpipe", "1f1b", "zero_bubble"}) expect_matches_one_process(ctx, {schedule, 4, 1, 1, 1, 8});
     expect_matches_one_process(ctx, {"interleaved_1f1b", 4, 2, 1, 1, 8});
   });
 }
 
-TEST(PipelineParallel, StagesComposeWithFsdpAndTensorParallel) {
+TEST(PipelineParallelWide, StagesComposeWithFsdpAndTensorParallel) {
   testing::run_on_ranks(4, [](testing::RankContext& ctx) {
     expect_matches_one_process(ctx, {"1f1b", 2, 1, 2, 1});
     expect_matches_one_process(ctx, {"zero_bubble", 2, 1, 2, 1});

@@ -161,6 +161,40 @@ TEST(PretrainData, DatasetInfoEntriesGiveTextsAsLlamaFactoryReadsThem) {
 }
 
 // The eos token LlamaFactory appends, per template, and the bos of tokenizers that add one.
+// A dataset file by its path (dataset_file.*): the text column, or each record rendered by a
+// text_template as Python's str.format_map renders it ({field}, {{ and }}, str() of numbers,
+// booleans and null); a record without a field is a bad record at file:line; a template that
+// is not plain {field}s is refused with the fix.
+TEST(PretrainData, ADatasetFileGivesItsTextColumnOrItsRenderedTemplate) {
+  const std::string dir = temp_dir("file");
+  hp::testing::write_text_file(dir + "/r.jsonl", R"({"body": "b1", "q": "x", "n": 3, "f": 0.5, "ok": true, "none": null})" "\n"
+                                                 R"({"body": "b2", "q": "y", "n": -1, "f": 1e20, "ok": false, "none": null})" "\n");
+  hp::data::DatasetFile file;
+  file.path = dir + "/r.jsonl";
+  file.column = "body";
+  EXPECT_EQ(texts_of(hp::data::load_text_dataset_file(file)), (std::vector<std::string>{"b1", "b2"}));
+  file.text_template = "{{{q}}} n={n} f={f} {ok} {none}\t}}";
+  EXPECT_EQ(texts_of(hp::data::load_text_dataset_file(file)),
+            (std::vector<std::string>{"{x} n=3 f=0.5 True None\t}", "{y} n=-1 f=1e+20 False None\t}"}));
+  file.text_template = "{q} {missing}";
+  try {
+    hp::data::load_text_dataset_file(file);
+    ADD_FAILURE() << "a missing field was not named";
+  } catch (const hp::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(file.path + ":1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("has no field \"missing\" (text_template)"), std::string::npos) << e.what();
+  }
+  for (const std::string bad : {"{q", "q}", "{}", "{0}", "{q.attr}", "{q[0]}", "{q!r}", "{q:>5}"}) {
+    file.text_template = bad;
+    try {
+      hp::data::load_text_dataset_file(file);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const hp::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("write {field} for a record's field and {{ or }} for a brace"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(PretrainData, EosAndBosTokensFollowLlamaFactory) {
   const auto qwen3 = Tokenizer::from_file(kFixtures + "/qwen3");
   const auto llama3 = Tokenizer::from_file(kFixtures + "/llama3");

@@ -135,6 +135,41 @@ TEST(SftDataset, DatasetInfoRenamesColumnsAndTagsAndMixesDatasets) {
   EXPECT_NE(hp::data::load_datasets("synthetic_reverse", "/nonexistent").size(), 0u);
 }
 
+// A dataset file by its path (dataset_file.*): formatting auto reads a record with turns as
+// sharegpt and any other as alpaca; renamed turn fields keep the usual role names in either
+// spelling; a missing file is named with its key.
+TEST(SftDataset, ADatasetFileByPathReadsEachRecordByItsShape) {
+  const std::string path = write("by_path.jsonl",
+                                 R"({"dialog": [{"who": "human", "say": "Hi"}, {"who": "assistant", "say": "Yo"}]})" "\n"
+                                 R"({"instruction": "Add", "input": "1 2", "output": "3"})" "\n");
+  hp::data::DatasetFile file;
+  file.path = path;
+  file.column = "dialog";
+  file.role_tag = "who";
+  file.content_tag = "say";
+  const auto data = hp::data::load_dataset_file(file);
+  ASSERT_EQ(data.size(), 2u);
+  EXPECT_EQ(data[0].messages[0].role, "user");
+  EXPECT_EQ(data[0].messages[1].role, "assistant");
+  EXPECT_EQ(data[0].messages[1].content, "Yo");
+  EXPECT_EQ(data[1].messages[0].content, "Add\n1 2");
+  EXPECT_EQ(data[1].source, path + ":2");
+  file.formatting = "sharegpt";  // the alpaca record is then a bad one
+  try {
+    hp::data::load_dataset_file(file);
+    ADD_FAILURE() << "an alpaca record read as sharegpt";
+  } catch (const hp::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ":2"), std::string::npos) << e.what();
+  }
+  file.path = testing::TempDir() + "/no_such.jsonl";
+  try {
+    hp::data::load_dataset_file(file);
+    ADD_FAILURE() << "a missing file was read";
+  } catch (const hp::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("dataset_file.path: file " + file.path + " does not exist"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SftDataset, SyntheticDatasetsAreDeterministicWithDisjointHeldOutPrompts) {
   for (const auto& name : hp::data::synthetic_dataset_names()) {
     const auto a = hp::data::make_synthetic_dataset(name, 3000, 150, 0);

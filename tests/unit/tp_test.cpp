@@ -140,7 +140,7 @@ TEST(TensorParallel, Tp2WithSequenceAndLossParallelTrainsLikeOneProcess) {
   });
 }
 
-TEST(TensorParallel, Tp4AndTp4WithSequenceParallelTrainLikeOneProcess) {
+TEST(TensorParallelWide, Tp4AndTp4WithSequenceParallelTrainLikeOneProcess) {
   testing::MultiProcessOptions options;
   options.time_limit = std::chrono::seconds(300);
   testing::run_on_ranks(4, [](testing::RankContext& ctx) {
@@ -152,7 +152,7 @@ TEST(TensorParallel, Tp4AndTp4WithSequenceParallelTrainLikeOneProcess) {
 }
 
 // TP applied first, then FSDP over the dp axes of the same mesh (TP shards sharded again).
-TEST(TensorParallel, FsdpAndHsdpOverTp2TrainLikeOneProcess) {
+TEST(TensorParallelWide, FsdpAndHsdpOverTp2TrainLikeOneProcess) {
   testing::MultiProcessOptions options;
   options.time_limit = std::chrono::seconds(300);
   testing::run_on_ranks(4, [](testing::RankContext& ctx) {

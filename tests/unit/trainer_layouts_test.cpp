@@ -24,7 +24,7 @@ using namespace hp::testing::trainer_runs;
 // and the aux loss of every step against the plain model's one forward per global batch, for
 // data-parallel splits and tensor parallelism; micro_batch scope on one process is HF's own
 // per-forward number, and on 2 ranks it is not the plain model's (why global exists).
-TEST(Trainer, MoeLayoutsMatchThePlainModelWithTheGlobalAuxLoss) {
+TEST(TrainerExperts, MoeLayoutsMatchThePlainModelWithTheGlobalAuxLoss) {
   const std::vector<std::string> moe = {"model_name_or_path=qwen3-moe-debug", "max_steps=10", "learning_rate=3.0e-3"};
   const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
       {"moe_one_process", 1, {"per_device_train_batch_size=8"}},
@@ -66,7 +66,7 @@ TEST(Trainer, MoeLayoutsMatchThePlainModelWithTheGlobalAuxLoss) {
 // aux loss, global scope): EP alone, EP with FSDP over the experts (edp), EP over the ranks of
 // a tensor-parallel group (with and without sequence parallelism), EP under HSDP and the
 // grouped_experts override (under FSDP and under EP).
-TEST(Trainer, ExpertParallelLayoutsMatchThePlainModel) {
+TEST(TrainerExperts, ExpertParallelLayoutsMatchThePlainModel) {
   const std::string kGroupedExperts = "plan_overrides=[{match: '*.mlp', module_type: Qwen3MoeSparseMoeBlock, replace_module: grouped_experts}]";
   const std::vector<std::string> moe = {"model_name_or_path=qwen3-moe-debug", "max_steps=20", "learning_rate=3.0e-3"};
   const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
@@ -103,7 +103,7 @@ TEST(Trainer, ExpertParallelLayoutsMatchThePlainModel) {
 // A capacity factor drops pairs per micro-batch: FSDP2, EP2 and EP2 x TP2 with sequence
 // parallelism see the same micro-batches, so they drop the same pairs (the logged fraction)
 // and train alike.
-TEST(Trainer, ExpertCapacityDropsTheSamePairsOnEveryLayout) {
+TEST(TrainerExperts, ExpertCapacityDropsTheSamePairsOnEveryLayout) {
   const std::vector<std::string> moe = {"model_name_or_path=qwen3-moe-debug", "max_steps=10", "learning_rate=3.0e-3",
                                         "moe_capacity_factor=1.0", "per_device_train_batch_size=4"};
   const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
@@ -135,7 +135,7 @@ TEST(Trainer, ExpertCapacityDropsTheSamePairsOnEveryLayout) {
 // second layer and selective under FSDP2, LlamaFactory's gradient_checkpointing under FSDP2 x TP2 + SP, and
 // a Qwen3-MoE under EP2 (the experts' FSDP unit recomputed inside its layer), each against
 // the plain model; disable_gradient_checkpointing contradicting a mode is a UserError.
-TEST(Trainer, ActivationCheckpointingTrainsAsThePlainModel) {
+TEST(TrainerMemory, ActivationCheckpointingTrainsAsThePlainModel) {
   const std::vector<std::string> moe = {"model_name_or_path=qwen3-moe-debug", "learning_rate=3.0e-3"};
   const std::vector<std::tuple<std::string, int, std::vector<std::string>, bool>> layouts = {
       {"ac_one_process", 1, {"per_device_train_batch_size=8", "activation_checkpoint.mode=full"}, false},
@@ -188,7 +188,7 @@ TEST(Trainer, ActivationCheckpointingTrainsAsThePlainModel) {
 // The chunked loss through the trainer: one process, FSDP2 x TP2 with loss parallelism (the
 // vocab-sharded cross-entropy on each chunk) and TP2 + SP with activation checkpointing, each
 // against the plain model.
-TEST(Trainer, ChunkedLossTrainsAsThePlainModel) {
+TEST(TrainerMemory, ChunkedLossTrainsAsThePlainModel) {
   const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
       {"chunked_one_process", 1, {"per_device_train_batch_size=8", "chunked_loss.chunk_size=50"}},
       {"chunked_fsdp2_tp2_lp", 4, {"per_device_train_batch_size=4", "accelerator.tp_size=2", "accelerator.loss_parallel=true"}},
@@ -216,7 +216,7 @@ TEST(Trainer, ChunkedLossTrainsAsThePlainModel) {
   }
 }
 
-TEST(Trainer, ExpertParallelLayoutsThatDoNotFitAreUserErrors) {
+TEST(TrainerExperts, ExpertParallelLayoutsThatDoNotFitAreUserErrors) {
   const std::vector<std::tuple<int, std::vector<std::string>, std::string>> misfits = {
       {2, {"accelerator.ep_size=2"}, "accelerator.ep_size 2 divides the experts of a mixture-of-experts model, and qwen3 has none; set ep_size: 1"},
       {3, {"model_name_or_path=qwen3-moe-debug", "accelerator.ep_size=3"},
@@ -232,7 +232,7 @@ TEST(Trainer, ExpertParallelLayoutsThatDoNotFitAreUserErrors) {
 
 // optimizer_offload.dir: the same run with AdamW's moments in a file, bit for bit, and the
 // file gone afterwards (unlinked when mapped).
-TEST(Trainer, OptimizerOffloadTrainsBitIdentically) {
+TEST(TrainerMemory, OptimizerOffloadTrainsBitIdentically) {
   const std::string dir = temp_dir("offload_files");
   if (!hp::testing::is_rank_process()) {
     fs::remove_all(dir);
@@ -252,7 +252,7 @@ TEST(Trainer, OptimizerOffloadTrainsBitIdentically) {
   fs::remove_all(dir);
 }
 
-TEST(Trainer, ContextParallelLayoutsThatDoNotFitAreUserErrors) {
+TEST(TrainerLayouts, ContextParallelLayoutsThatDoNotFitAreUserErrors) {
   const std::vector<std::tuple<int, std::vector<std::string>, std::string>> misfits = {
       {3, {"accelerator.cp_size=2"}, "accelerator.tp_size 1 x cp_size 2 = 2 does not divide the world size 3"},
       {4, {"accelerator.cp_size=4", "accelerator.cp_algorithm=ulysses"},
@@ -266,7 +266,7 @@ TEST(Trainer, ContextParallelLayoutsThatDoNotFitAreUserErrors) {
 // The eval loss (eval_dataset, uneven micro-batches of 3 rows per rank) before training, every
 // 5 steps and at the end: the same on every layout as the plain model's one forward over all
 // eval rows.
-TEST(Trainer, EvalLossMatchesThePlainModelOnEveryLayout) {
+TEST(TrainerLayouts, EvalLossMatchesThePlainModelOnEveryLayout) {
   const std::vector<std::string> eval = {"eval_dataset=synthetic_addition", "per_device_eval_batch_size=3", "eval_on_start=true",
                                          "eval_strategy=steps", "eval_steps=5", "max_samples=50"};
   const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
@@ -311,7 +311,7 @@ TEST(Trainer, EvalLossMatchesThePlainModelOnEveryLayout) {
 
 // Tensor-parallel layouts through the trainer (qwen3-debug: tied embeddings, q/k norms, 2 kv
 // heads), and Validation mode, which checks every boundary and changes no number.
-TEST(Trainer, TensorParallelLayoutsMatchThePlainModel) {
+TEST(TrainerLayouts, TensorParallelLayoutsMatchThePlainModel) {
   const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
       {"tp2", 2, {"per_device_train_batch_size=8", "accelerator.tp_size=2"}},
       {"tp2_sp", 2, {"per_device_train_batch_size=8", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}},
@@ -333,7 +333,7 @@ TEST(Trainer, TensorParallelLayoutsMatchThePlainModel) {
 // and sequence parallelism, with activation checkpointing, on packed rows, and Qwen3-MoE with
 // the global aux loss, alone and with expert parallelism (each in its own test: a rank
 // process runs the body up to its own run_on_ranks call, plain references included).
-TEST(Trainer, ContextParallelLayoutsMatchThePlainModel) {
+TEST(TrainerLayouts, ContextParallelLayoutsMatchThePlainModel) {
   const std::string cp2 = "accelerator.cp_size=2", cp4 = "accelerator.cp_size=4";
   expect_runs_match_the_plain_model(
       {}, {{"cp2_ring", 2, {"per_device_train_batch_size=8", cp2}},
@@ -346,7 +346,7 @@ TEST(Trainer, ContextParallelLayoutsMatchThePlainModel) {
       20);
 }
 
-TEST(Trainer, ContextParallelLayoutsMatchThePlainModelOnPackedRows) {
+TEST(TrainerLayouts, ContextParallelLayoutsMatchThePlainModelOnPackedRows) {
   const std::string cp2 = "accelerator.cp_size=2";
   expect_runs_match_the_plain_model({"packing=true"}, {{"cp2_ring_packed", 2, {"per_device_train_batch_size=8", cp2}},
                                                         {"fsdp2_cp2_allgather_packed", 4, {"per_device_train_batch_size=4", cp2,
@@ -354,7 +354,7 @@ TEST(Trainer, ContextParallelLayoutsMatchThePlainModelOnPackedRows) {
                                     20);
 }
 
-TEST(Trainer, ContextParallelMoeLayoutsMatchThePlainModel) {
+TEST(TrainerLayouts, ContextParallelMoeLayoutsMatchThePlainModel) {
   const std::string cp2 = "accelerator.cp_size=2";
   expect_runs_match_the_plain_model({"model_name_or_path=qwen3-moe-debug", "learning_rate=3.0e-3"},
                                     {{"moe_cp2", 2, {"per_device_train_batch_size=8", cp2}},
@@ -364,7 +364,7 @@ TEST(Trainer, ContextParallelMoeLayoutsMatchThePlainModel) {
 
 // optim: muon through the trainer: Muon's matrices orthogonalised whole on their owner ranks
 // under FSDP4, HSDP 2x2 and FSDP2 x TP2 + SP, against a one-process Muon.
-TEST(Trainer, MuonLayoutsMatchThePlainModel) {
+TEST(TrainerLayouts, MuonLayoutsMatchThePlainModel) {
   expect_runs_match_the_plain_model({"optim=muon", "muon_config.momentum=0.9"},
                                     {{"muon_fsdp4", 4, {"per_device_train_batch_size=2"}},
                                      {"muon_hsdp", 4, {"per_device_train_batch_size=2", "fsdp_config.dp_shard_size=2"}},

@@ -16,7 +16,7 @@ namespace hp = hyperparallel;
 namespace fs = std::filesystem;
 using namespace hp::testing::trainer_runs;
 
-TEST(Trainer, PipelineLayoutsMatchThePlainModel) {
+TEST(TrainerPipeline, PipelineLayoutsMatchThePlainModel) {
   const std::string pp2 = "accelerator.pp_size=2", micro4 = "accelerator.pp_microbatches=4";
   expect_runs_match_the_plain_model(
       {}, {{"pp2_1f1b", 2, {"per_device_train_batch_size=2", pp2, micro4}},
@@ -35,14 +35,14 @@ TEST(Trainer, PipelineLayoutsMatchThePlainModel) {
 }
 
 // One micro-batch per step: the plain model's aux loss is one forward's over the global batch.
-TEST(Trainer, PipelineMoeLayoutsMatchThePlainModel) {
+TEST(TrainerPipeline, PipelineMoeLayoutsMatchThePlainModel) {
   expect_runs_match_the_plain_model({"model_name_or_path=qwen3-moe-debug", "learning_rate=3.0e-3"},
                                     {{"moe_pp2", 2, {"per_device_train_batch_size=8", "accelerator.pp_size=2"}},
                                      {"moe_pp2_ep2", 4, {"per_device_train_batch_size=4", "accelerator.pp_size=2", "accelerator.ep_size=2"}}},
                                     20);
 }
 
-TEST(Trainer, PipelineConfigsThatDoNotFitAreUserErrors) {
+TEST(TrainerPipeline, PipelineConfigsThatDoNotFitAreUserErrors) {
   const std::vector<std::tuple<int, std::vector<std::string>, std::string>> misfits = {
       {3, {"accelerator.pp_size=2"}, "accelerator.tp_size 1 x pp_size 2 = 2 does not divide the world size 3"},
       {2, {"accelerator.pp_size=2", "accelerator.pp_layers=[0-1, 3-3]"}, "range '3-3' should start at layer 2"},

@@ -23,6 +23,14 @@
 // "columns" given, a query column is read only when named (LlamaFactory unsets unnamed
 // columns: c4_demo's {"prompt": "text"} reads "text" alone). Built-in synthetic datasets are
 // chats, not text: naming one is an error with the fix.
+//
+// A DatasetFile is a dataset named by its path instead (the dataset_file.* config keys;
+// HyperParallel's dataset.data_path): read as an entry would be, its path relative to the
+// working directory. `column` is the record's turns (sharegpt / openai; "": conversations or
+// messages, whichever a record has) or, for pretraining on alpaca-style records, its text
+// ("": text). formatting "auto" takes each record as sharegpt when it has the turns column,
+// else as alpaca. The tags name a turn's role and content fields only: the role names keep
+// their usual spellings (human|user, gpt|assistant, system, observation|tool, function_call).
 #pragma once
 
 #include <string>
@@ -33,10 +41,22 @@
 
 namespace hyperparallel::data {
 
+struct DatasetFile {
+  std::string path;
+  std::string formatting = "auto";               // auto | alpaca | sharegpt | openai
+  std::string column, role_tag, content_tag;  // "": the format's own
+  std::string text_template;                 // pretraining: each record rendered instead (DatasetSchema)
+};
+
 std::vector<Conversation> load_datasets(const std::string& names, const std::string& dataset_dir,
                                         const SftLoadOptions& options = {}, SftLoadReport* report = nullptr);
 
 std::vector<TextSample> load_text_datasets(const std::string& names, const std::string& dataset_dir,
                                            const SftLoadOptions& options = {}, SftLoadReport* report = nullptr);
+
+std::vector<Conversation> load_dataset_file(const DatasetFile& file, const SftLoadOptions& options = {},
+                                            SftLoadReport* report = nullptr);
+std::vector<TextSample> load_text_dataset_file(const DatasetFile& file, const SftLoadOptions& options = {},
+                                               SftLoadReport* report = nullptr);
 
 }  // namespace hyperparallel::data

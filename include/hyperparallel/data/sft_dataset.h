@@ -28,6 +28,9 @@
 // policy stops at the first (UserError) or skips it and lists it in the report — never
 // silently. max_samples keeps the first N good records. Column and role names can be renamed
 // as dataset_info.json's "columns" and "tags" do (DatasetSchema).
+// kAuto (a dataset file named by its path, data/dataset_registry.h) reads each record as
+// sharegpt when it has the turns column (DatasetSchema::messages, else "conversations" or
+// "messages"), else as alpaca.
 #pragma once
 
 #include <cstdint>
@@ -39,13 +42,16 @@
 
 namespace hyperparallel::data {
 
-enum class DatasetFormat { kAlpaca, kSharegpt, kOpenai };
+enum class DatasetFormat { kAlpaca, kSharegpt, kOpenai, kAuto };
 enum class BadRecordPolicy { kStop, kSkip };
 
 // Field and role names (LlamaFactory's dataset_info.json "columns" and "tags").
 struct DatasetSchema {
   // alpaca
   std::string prompt = "instruction", query = "input", response = "output", history = "history";
+  // pretraining (stage pt) only: each record rendered by this template instead of its prompt
+  // column, as Python's str.format_map: "{field}" is the record's field, "{{" and "}}" braces
+  std::string text_template = {};
   // all
   std::string system = "system";
   std::string tools;  // the tools column; empty: none is read (LlamaFactory's default)

@@ -5,7 +5,9 @@
 // Lifecycle: every child runs in its own process group (so a rank's own children are
 // signalled with it) and dies with the launcher (PR_SET_PDEATHSIG). When one rank exits
 // non-zero or by a signal, or the launcher itself gets SIGINT/SIGTERM, or the time limit
-// passes, every remaining rank gets SIGTERM, then SIGKILL after `kill_grace`. launch_ranks
+// passes, every remaining rank gets SIGTERM, then SIGKILL after `kill_grace`. A failure is
+// named after a short wait for its root cause: a user error (exit 2) outranks a failure, a
+// failure a SIGPIPE death (the consequences of a peer that has gone). launch_ranks
 // returns only after every child has been reaped: no orphans. Plain POSIX; no LibTorch.
 #pragma once
 

@@ -86,6 +86,14 @@ struct MuonConfig {
   bool set = false;  // some muon_config key was given
 };
 
+// dataset_file.*: one dataset by its path (data::DatasetFile; HyperParallel's dataset.data_path).
+struct DatasetFileConfig {
+  std::string path;  // "": none
+  std::string formatting = "auto";
+  std::string column, role_tag, content_tag;
+  std::string text_template;
+};
+
 struct TrainConfig {
   // model
   std::string model_name_or_path;  // HF folder or a built-in debug flavour
@@ -101,6 +109,7 @@ struct TrainConfig {
   // data
   std::string dataset;
   std::string dataset_dir = "data";
+  DatasetFileConfig dataset_file;
   std::string chat_template;  // key "template"
   int64_t cutoff_len = 2048;
   std::optional<int64_t> max_samples;
