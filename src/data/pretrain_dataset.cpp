@@ -90,6 +90,10 @@ std::vector<TextSample> load_text_file(const std::string& path, DatasetFormat fo
                                        SftLoadReport* report) {
   std::vector<TextSample> out;
   if (has_suffix(path, ".txt")) {
+    if (!options.schema.text_template.empty()) {
+      throw UserError(path + " is plain text (one text per line), and text_template renders the fields of JSON records; "
+                      "remove text_template or give a .jsonl file");
+    }
     for_each_text_line(path, options, report, [&](const std::string& where, std::string line) {
       out.push_back({std::move(line), where});
     });

@@ -184,6 +184,16 @@ TEST(PretrainData, ADatasetFileGivesItsTextColumnOrItsRenderedTemplate) {
     EXPECT_NE(std::string(e.what()).find(file.path + ":1"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("has no field \"missing\" (text_template)"), std::string::npos) << e.what();
   }
+  hp::testing::write_text_file(dir + "/lines.txt", "a line\n");
+  hp::data::DatasetFile lines;
+  lines.path = dir + "/lines.txt";
+  lines.text_template = "{text}";
+  try {
+    hp::data::load_text_dataset_file(lines);
+    ADD_FAILURE() << "a template was applied to plain text";
+  } catch (const hp::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("is plain text (one text per line), and text_template renders"), std::string::npos) << e.what();
+  }
   for (const std::string bad : {"{q", "q}", "{}", "{0}", "{q.attr}", "{q[0]}", "{q!r}", "{q:>5}"}) {
     file.text_template = bad;
     try {
