@@ -135,8 +135,8 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw UserError(message);
 }
 
-void check_dataset_file(const DatasetFileConfig& f, const std::string& stage) {
-  const DatasetFileConfig defaults;
+void check_dataset_file(const data::DatasetFile& f, const std::string& stage) {
+  const data::DatasetFile defaults;
   if (f.path.empty()) {
     for (const auto& [key, set] : {std::pair{"formatting", f.formatting != defaults.formatting}, {"column", !f.column.empty()},
                                    {"role_tag", !f.role_tag.empty()}, {"content_tag", !f.content_tag.empty()},

@@ -29,10 +29,6 @@ data::ChatTemplate chat_template_for(const TrainConfig& config, const data::Toke
 
 namespace {
 
-data::DatasetFile dataset_file(const DatasetFileConfig& c) {
-  return {c.path, c.formatting, c.column, c.role_tag, c.content_tag, c.text_template};
-}
-
 // `more` after `all`.
 template <typename T>
 void append(std::vector<T>& all, std::vector<T> more) {
@@ -42,7 +38,7 @@ void append(std::vector<T>& all, std::vector<T> more) {
 // Labelled rows of the named datasets (and, with `file`, the dataset file after them), as
 // the stage builds them (pt: text blocks; sft: templated conversations, packed when asked).
 // `count` gets the texts or conversations read.
-std::vector<data::TrainingRow> build_rows(const TrainConfig& config, const std::string& datasets, const DatasetFileConfig* file,
+std::vector<data::TrainingRow> build_rows(const TrainConfig& config, const std::string& datasets, const data::DatasetFile* file,
                                           const data::Tokenizer& tokenizer, TrainData& out, int64_t& count) {
   data::SftLoadOptions load;
   load.max_samples = config.max_samples;
@@ -51,7 +47,7 @@ std::vector<data::TrainingRow> build_rows(const TrainConfig& config, const std::
     // LlamaFactory's pretraining: every token of plain texts. See docs/data.md "Pretraining text".
     std::vector<data::TextSample> texts;
     if (!datasets.empty()) texts = data::load_text_datasets(datasets, config.dataset_dir, load, &out.load_report);
-    if (file) append(texts, data::load_text_dataset_file(dataset_file(*file), load, &out.load_report));
+    if (file) append(texts, data::load_text_dataset_file(*file, load, &out.load_report));
     count = static_cast<int64_t>(texts.size());
     data::PretrainOptions pretrain;
     pretrain.cutoff_len = config.cutoff_len;
@@ -65,7 +61,7 @@ std::vector<data::TrainingRow> build_rows(const TrainConfig& config, const std::
   load.tool_format = chat_template.tool_format();
   std::vector<data::Conversation> conversations;
   if (!datasets.empty()) conversations = data::load_datasets(datasets, config.dataset_dir, load, &out.load_report);
-  if (file) append(conversations, data::load_dataset_file(dataset_file(*file), load, &out.load_report));
+  if (file) append(conversations, data::load_dataset_file(*file, load, &out.load_report));
   count = static_cast<int64_t>(conversations.size());
   data::SampleOptions sample;
   sample.cutoff_len = config.cutoff_len;
@@ -120,7 +116,7 @@ TrainData prepare_train_data(const TrainConfig& config) {
   out.pad_id = pad.empty() ? 0 : out.tokenizer->token_to_id(pad).value_or(0);
   if (!config.do_train) return out;  // the tokenizer only: nothing to train on
 
-  const DatasetFileConfig* file = config.dataset_file.path.empty() ? nullptr : &config.dataset_file;
+  const data::DatasetFile* file = config.dataset_file.path.empty() ? nullptr : &config.dataset_file;
   out.rows = build_rows(config, config.dataset, file, *out.tokenizer, out, out.conversations);
   if (!config.eval_dataset.empty()) {
     int64_t eval_count = 0;

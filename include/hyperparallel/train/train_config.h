@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "hyperparallel/data/dataset_registry.h"
 #include "hyperparallel/models/plan_overrides.h"
 
 namespace hyperparallel::train {
@@ -86,14 +87,6 @@ struct MuonConfig {
   bool set = false;  // some muon_config key was given
 };
 
-// dataset_file.*: one dataset by its path (data::DatasetFile; HyperParallel's dataset.data_path).
-struct DatasetFileConfig {
-  std::string path;  // "": none
-  std::string formatting = "auto";
-  std::string column, role_tag, content_tag;
-  std::string text_template;
-};
-
 struct TrainConfig {
   // model
   std::string model_name_or_path;  // HF folder or a built-in debug flavour
@@ -109,7 +102,7 @@ struct TrainConfig {
   // data
   std::string dataset;
   std::string dataset_dir = "data";
-  DatasetFileConfig dataset_file;
+  data::DatasetFile dataset_file;  // dataset_file.*: one dataset by its path (HyperParallel's dataset.data_path)
   std::string chat_template;  // key "template"
   int64_t cutoff_len = 2048;
   std::optional<int64_t> max_samples;
