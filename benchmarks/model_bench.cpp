@@ -10,7 +10,8 @@
 // every round of steps (the machine's speed drifts by +-10 % within minutes), and each step is
 // set against the roofline of its round; the ratio says how much of the time goes to work
 // other than large matmuls. Modes run interleaved (A B C D, A B C D, ...); each reports its
-// median step and its median ratio.
+// median step and its median ratio. `--profile` then prints where one step of the reference
+// and of both replacements goes, op by op (op_profile.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,7 +22,9 @@
 #include <ATen/Parallel.h>
 
 #include "bench_qwen3.h"
+#include "op_profile.h"
 #include "hyperparallel/models/auto_model.h"
+#include "hyperparallel/platform/blas_check.h"
 #include "hyperparallel/platform/host_allocator.h"
 #include "models/attention.h"
 #include "models/decoder.h"
@@ -105,8 +108,13 @@ void compare_modules(const hp::models::ModelConfig& c) {
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 6;
   // Without it every step pays page faults for its temporaries (host_allocator.h).
-  const bool cache = !(argc > 2 && std::string(argv[2]) == "--no-host-cache");
+  bool cache = true, profile = false;
+  for (int i = 2; i < argc; ++i) {
+    cache = cache && std::string(argv[i]) != "--no-host-cache";
+    profile = profile || std::string(argv[i]) == "--profile";
+  }
   if (cache) hp::platform::CachingHostAllocator::install();
+  hp::platform::configure_compute_threads();
   const hp::models::ModelConfig c = hp::benchmarks::qwen3_48m_config();
   constexpr int64_t kBatch = 4, kSeq = 512;
   const int64_t tokens = kBatch * kSeq;
@@ -150,7 +158,7 @@ int main(int argc, char** argv) {
   }
   std::printf("model: Qwen3 %.1f M parameters, batch %ld x %ld, %d threads, %.1f GFLOP per step\n",
               c.parameter_count() / 1e6, static_cast<long>(kBatch), static_cast<long>(kSeq), at::get_num_threads(), flops / 1e9);
-  std::printf("host allocation cache: %s\n", cache ? "on" : "off");
+  std::printf("host allocation cache: %s, blas: %s\n", cache ? "on" : "off", hp::platform::loaded_blas().path.c_str());
   std::vector<double> sorted = rooflines;
   std::sort(sorted.begin(), sorted.end());
   std::printf("matmul roofline (best fp32 GEMM at the model's shapes), per round: median %.1f, range %.1f-%.1f GFLOP/s\n",
@@ -162,5 +170,10 @@ int main(int argc, char** argv) {
                 100.0 * median(ratios[m]));
   }
   compare_modules(c);
+  for (size_t m = 0; profile && m < modes.size(); m += modes.size() - 1) {
+    auto& model = *modes[m].second;
+    model.zero_grad();
+    hp::benchmarks::print_op_profile(modes[m].first.c_str(), [&] { model.forward(in).loss.backward(); });
+  }
   return 0;
 }

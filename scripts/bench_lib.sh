@@ -1,5 +1,5 @@
 # Sourced by the bench_*.sh scripts: the header and footer every benchmark record carries
-# (docs/benchmarks.md): commit, date, cores, CPU model and the flags that decide the kernels,
+# (docs/benchmarks.md): commit, date, cores, CPU model, the flags that decide the kernels, the BLAS,
 # load average before (with a warning when the machine is busy) and after; and `interleave`,
 # the launch harness whose numbers can be compared within one run.
 cpu_flags() {
@@ -10,6 +10,7 @@ bench_header() {
   load1=$(cut -d' ' -f1 /proc/loadavg)
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%d), $(nproc) cores," \
        "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), flags: $(cpu_flags), load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "blas: $(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown), OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}"
   if awk -v l="$load1" -v n="$(nproc)" 'BEGIN { exit !(l > 0.25 * n) }'; then
     echo "WARNING: the machine is loaded (load $load1 on $(nproc) cores): launches swing; read the min-max spread"
   fi

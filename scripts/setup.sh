@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev        # LibTorch 1.13 (ATen, autograd, c10d with Gloo)
   libgloo-dev         # headers that c10d's ProcessGroupGloo.hpp includes
-  libopenblas0-pthread # becomes the libblas.so.3 alternative; the reference BLAS is ~20x slower
+  libopenblas0-openmp # the libblas.so.3 alternative below; the reference BLAS is ~20x slower
   nlohmann-json3-dev  # JSON: config.json, safetensors headers and indexes
   libonig-dev libutf8proc-dev  # tokenizer: the reference's regex engine, NFC normalization
   libyaml-cpp-dev     # the trainer's YAML configs
@@ -38,17 +38,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# libopenblas0-pthread registers itself as the libblas.so.3 alternative with a higher
-# priority than the reference BLAS; a manual choice made earlier would pin the slow one.
+# libblas.so.3, liblapack.so.3 and libopenblas.so.0 resolve through the alternatives system,
+# each on its own. Select OpenBLAS's OpenMP build for all three: its GEMMs then run on
+# LibTorch's OpenMP threads, so one process can use every core. The pthread build (preferred
+# by priority when it is installed) keeps a second pool that competes with OpenMP's, and one
+# name left on it loads both builds into a process (measured 25 % slower); a manual choice
+# made earlier may pin the slow reference BLAS.
 if [ "$(id -u)" -eq 0 ]; then
-  alt=libblas.so.3-x86_64-linux-gnu
-  if update-alternatives --query "$alt" >/dev/null 2>&1; then
-    current=$(readlink -f /etc/alternatives/$alt || true)
-    case "$current" in
-      *openblas*) ;;
-      *) update-alternatives --auto "$alt" >/dev/null
-         update-alternatives --auto liblapack.so.3-x86_64-linux-gnu >/dev/null 2>&1 || true ;;
-    esac
-  fi
+  for lib in libblas.so.3 liblapack.so.3 libopenblas.so.0; do
+    alt=$lib-x86_64-linux-gnu
+    want=$(readlink -f /usr/lib/x86_64-linux-gnu/openblas-openmp/$lib 2>/dev/null || true)
+    if [ -e "$want" ] && [ "$(readlink -f /etc/alternatives/$alt 2>/dev/null || true)" != "$want" ]; then
+      update-alternatives --set "$alt" "/usr/lib/x86_64-linux-gnu/openblas-openmp/$lib" >/dev/null
+    fi
+  done
 fi
 echo "setup: ok"

@@ -1,19 +1,31 @@
 #include "hyperparallel/platform/blas_check.h"
 
+#include <ATen/Parallel.h>
 #include <link.h>
+#include <unistd.h>
+
 #include <climits>
 #include <cstdlib>
 
 namespace hyperparallel::platform {
 namespace {
 
-int collect_blas(struct dl_phdr_info* info, size_t, void* data) {
-  auto* found = static_cast<std::string*>(data);
+struct LoadedObjects {
+  std::string blas;             // resolved path of libblas.so.3
+  bool pthread_openblas = false;  // some loaded object is OpenBLAS's pthread build
+};
+
+std::string resolved(const std::string& name) {
+  char buffer[PATH_MAX];
+  return realpath(name.c_str(), buffer) ? std::string(buffer) : name;
+}
+
+int collect_objects(struct dl_phdr_info* info, size_t, void* data) {
+  auto* found = static_cast<LoadedObjects*>(data);
   const std::string name = info->dlpi_name ? info->dlpi_name : "";
-  if (name.find("libblas.so") != std::string::npos) {
-    char resolved[PATH_MAX];
-    *found = realpath(name.c_str(), resolved) ? std::string(resolved) : name;
-    return 1;
+  if (name.find("libblas.so") != std::string::npos) found->blas = resolved(name);
+  if (name.find("openblas") != std::string::npos && resolved(name).find("openblas-pthread") != std::string::npos) {
+    found->pthread_openblas = true;
   }
   return 0;
 }
@@ -21,13 +33,18 @@ int collect_blas(struct dl_phdr_info* info, size_t, void* data) {
 }  // namespace
 
 BlasInfo loaded_blas() {
+  LoadedObjects loaded;
+  dl_iterate_phdr(collect_objects, &loaded);
   BlasInfo info;
-  dl_iterate_phdr(collect_blas, &info.path);
+  info.path = loaded.blas;
   // OpenBLAS, BLIS and MKL all ship a libblas.so.3 under their own directory; the
   // reference implementation lives in .../blas/ (Debian's libblas3 package).
   info.is_reference = !info.path.empty() && info.path.find("openblas") == std::string::npos &&
                       info.path.find("blis") == std::string::npos &&
                       info.path.find("mkl") == std::string::npos;
+  // libopenblas.so.0 has an alternative of its own: left on the pthread build it brings
+  // that build's thread pool into the process beside the OpenMP one.
+  info.uses_openmp = info.path.find("openblas-openmp") != std::string::npos && !loaded.pthread_openblas;
   return info;
 }
 
@@ -36,8 +53,16 @@ std::string reference_blas_warning() {
   if (!info.is_reference) return "";
   return "WARNING: libblas.so.3 resolves to the reference BLAS (" + info.path +
          ");\nWARNING: matrix multiplies run ~20x slower than with OpenBLAS.\n"
-         "WARNING: fix: run scripts/setup.sh as root (installs libopenblas0-pthread), or\n"
+         "WARNING: fix: run scripts/setup.sh as root (installs and selects libopenblas0-openmp), or\n"
          "WARNING:      update-alternatives --auto libblas.so.3-x86_64-linux-gnu\n";
+}
+
+int configure_compute_threads() {
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (!std::getenv("OMP_NUM_THREADS") && cpus > at::get_num_threads() && loaded_blas().uses_openmp) {
+    at::set_num_threads(static_cast<int>(cpus));
+  }
+  return at::get_num_threads();
 }
 
 }  // namespace hyperparallel::platform

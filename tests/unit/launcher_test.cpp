@@ -1,6 +1,7 @@
 // `hyperparallel run`: torchrun's environment, prefixed output, and the whole job ends
 // when one rank fails or the launcher is interrupted — with the rank named, within 15 s,
 // and no process left behind.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <regex>
 
+#include "hyperparallel/platform/blas_check.h"
 #include "support/subprocess.h"
 
 namespace hyperparallel {
@@ -156,6 +158,27 @@ TEST(Launcher, TorchrunsRendezvousOptionsAreAccepted) {
                                         "--nproc-per-node", "2", "--", "sh", "-c", "echo a=$MASTER_ADDR"});
   EXPECT_EQ(endpoint.exit_code, 0) << endpoint.output;
   EXPECT_NE(endpoint.output.find("[rank 0] a=127.0.0.1"), std::string::npos) << endpoint.output;
+}
+
+// One process gets a compute thread per CPU when OpenBLAS shares LibTorch's OpenMP pool, and
+// OMP_NUM_THREADS (the user's, or the launcher's per-rank share) always wins.
+TEST(Launcher, ComputeThreadsAreOnePerCpuUnlessOmpNumThreadsSays) {
+  const int before = at::get_num_threads();
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  const std::string saved = env ? env : "";
+  const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  ::unsetenv("OMP_NUM_THREADS");
+  at::set_num_threads(1);
+  EXPECT_EQ(hyperparallel::platform::configure_compute_threads(), hyperparallel::platform::loaded_blas().uses_openmp ? cpus : 1);
+  ::setenv("OMP_NUM_THREADS", "1", 1);
+  at::set_num_threads(1);
+  EXPECT_EQ(hyperparallel::platform::configure_compute_threads(), 1);
+  if (env) {
+    ::setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+  } else {
+    ::unsetenv("OMP_NUM_THREADS");
+  }
+  at::set_num_threads(before);
 }
 
 // Every subcommand answers --help (its synopsis; train adds its keys) and --version, exit 0.

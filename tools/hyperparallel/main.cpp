@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   // run's own options end where the command starts; only a leading --help is run's.
   if (cli::is_help_or_version(args, command == "run" ? 1 : args.size())) return cli::help_command(command, args, std::cout);
   try {
+    if (command != "run") platform::configure_compute_threads();
     if (command != "run" && command != "tokenize" && command != "train-tokenizer" && command != "generate" &&
         command != "export" && !is_secondary_rank()) std::cerr << platform::reference_blas_warning();
     if (command == "run") return cli::run_command(args);

@@ -3,6 +3,14 @@
 // matmul) or to the reference Netlib BLAS (~440 ms). The check reads the loaded shared
 // objects of this process (dl_iterate_phdr), so it reports what the dynamic linker chose,
 // not what a config file claims.
+//
+// The thread count follows from it. LibTorch 1.13 takes its default intra-op thread count
+// from cpuinfo's core count, which reads 1 on the 2-core machines here, so without
+// OMP_NUM_THREADS every softmax, norm and elementwise kernel runs on one core. More threads
+// help only when OpenBLAS shares LibTorch's OpenMP pool (Debian's libopenblas0-openmp, which
+// scripts/setup.sh selects): the pthread build keeps its own pool spinning beside OpenMP's,
+// and the 48 M model step measured 9.6 s with 2 + 2 threads against 8.0 s with OpenMP at 1
+// and 7.6 s on the shared pool (docs/benchmarks.md, "Models").
 #pragma once
 
 #include <string>
@@ -12,11 +20,17 @@ namespace hyperparallel::platform {
 struct BlasInfo {
   std::string path;            // resolved path of the loaded libblas.so.3 ("" if none loaded)
   bool is_reference = false;   // true when it is the slow reference implementation
+  bool uses_openmp = false;    // OpenBLAS's OpenMP build: its GEMMs run on LibTorch's threads
 };
 
 BlasInfo loaded_blas();
 
 // Returns a multi-line warning when the reference BLAS is loaded, else "".
 std::string reference_blas_warning();
+
+// Unless OMP_NUM_THREADS says otherwise (the launcher sets each rank's share), gives
+// LibTorch's intra-op pool one thread per online CPU when the BLAS shares that pool; leaves
+// it alone beside a BLAS with a pool of its own. Returns the intra-op thread count.
+int configure_compute_threads();
 
 }  // namespace hyperparallel::platform
