@@ -9,8 +9,9 @@
 // OMP_NUM_THREADS every softmax, norm and elementwise kernel runs on one core. More threads
 // help only when OpenBLAS shares LibTorch's OpenMP pool (Debian's libopenblas0-openmp, which
 // scripts/setup.sh selects): the pthread build keeps its own pool spinning beside OpenMP's,
-// and the 48 M model step measured 9.6 s with 2 + 2 threads against 8.0 s with OpenMP at 1
-// and 7.6 s on the shared pool (docs/benchmarks.md, "Models").
+// and the 48 M model step measured 9.6 s with 2 + 2 threads against 8.6 s with OpenMP at 1
+// thread; on the shared pool with 2 threads it took 7.0 s against 7.7 s (interleaved in one
+// run; docs/benchmarks.md, "Models").
 #pragma once
 
 #include <string>
