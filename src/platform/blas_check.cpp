@@ -20,13 +20,15 @@ std::string resolved(const std::string& name) {
   return realpath(name.c_str(), buffer) ? std::string(buffer) : name;
 }
 
+// Resolves every loaded object once: libblas.so.3's path, and whether any object (libblas,
+// liblapack or libopenblas through its own alternative) is OpenBLAS's pthread build.
 int collect_objects(struct dl_phdr_info* info, size_t, void* data) {
   auto* found = static_cast<LoadedObjects*>(data);
   const std::string name = info->dlpi_name ? info->dlpi_name : "";
-  if (name.find("libblas.so") != std::string::npos) found->blas = resolved(name);
-  if (name.find("openblas") != std::string::npos && resolved(name).find("openblas-pthread") != std::string::npos) {
-    found->pthread_openblas = true;
-  }
+  if (name.empty()) return 0;
+  const std::string path = resolved(name);
+  if (name.find("libblas.so") != std::string::npos) found->blas = path;
+  if (path.find("openblas-pthread") != std::string::npos) found->pthread_openblas = true;
   return 0;
 }
 
@@ -42,8 +44,8 @@ BlasInfo loaded_blas() {
   info.is_reference = !info.path.empty() && info.path.find("openblas") == std::string::npos &&
                       info.path.find("blis") == std::string::npos &&
                       info.path.find("mkl") == std::string::npos;
-  // libopenblas.so.0 has an alternative of its own: left on the pthread build it brings
-  // that build's thread pool into the process beside the OpenMP one.
+  // Each of libblas, liblapack and libopenblas has an alternative of its own: one left on the
+  // pthread build brings that build's thread pool into the process beside the OpenMP one.
   info.uses_openmp = info.path.find("openblas-openmp") != std::string::npos && !loaded.pthread_openblas;
   return info;
 }
@@ -54,7 +56,8 @@ std::string reference_blas_warning() {
   return "WARNING: libblas.so.3 resolves to the reference BLAS (" + info.path +
          ");\nWARNING: matrix multiplies run ~20x slower than with OpenBLAS.\n"
          "WARNING: fix: run scripts/setup.sh as root (installs and selects libopenblas0-openmp), or\n"
-         "WARNING:      update-alternatives --auto libblas.so.3-x86_64-linux-gnu\n";
+         "WARNING:      update-alternatives --set libblas.so.3-x86_64-linux-gnu "
+         "/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3\n";
 }
 
 int configure_compute_threads() {
