@@ -11,7 +11,10 @@
 // set against the roofline of its round; the ratio says how much of the time goes to work
 // other than large matmuls. Modes run interleaved (A B C D, A B C D, ...); each reports its
 // median step and its median ratio. `--profile` then prints where one step of the reference
-// and of both replacements goes, op by op (op_profile.h).
+// and of both replacements goes, op by op (op_profile.h). `--bf16` adds the reference and both
+// replacements with bfloat16 parameters and compute (what `bf16: true` runs after the
+// all-gather), set against a bf16 roofline measured the same way; the fp32/bf16 step ratio is
+// the bf16 speed-up (fast only where the CPU has AVX512_BF16: platform/bf16_matmul.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +27,7 @@
 #include "bench_qwen3.h"
 #include "op_profile.h"
 #include "hyperparallel/models/auto_model.h"
+#include "hyperparallel/platform/bf16_matmul.h"
 #include "hyperparallel/platform/blas_check.h"
 #include "hyperparallel/platform/host_allocator.h"
 #include "models/attention.h"
@@ -46,10 +50,10 @@ double median(std::vector<double> v) {
 }
 
 // Best GFLOP/s of C = A B over the model's GEMM shapes (M tokens, K -> N features).
-double matmul_roofline_gflops(int64_t tokens, int64_t hidden, int64_t inter) {
+double matmul_roofline_gflops(int64_t tokens, int64_t hidden, int64_t inter, at::ScalarType dtype) {
   double best = 0;
   for (auto [k, n] : std::vector<std::pair<int64_t, int64_t>>{{hidden, inter}, {inter, hidden}, {hidden, 2 * hidden}}) {
-    const at::Tensor a = at::randn({tokens, k}), b = at::randn({k, n});
+    const at::Tensor a = at::randn({tokens, k}).to(dtype), b = at::randn({k, n}).to(dtype);
     at::Tensor c = at::mm(a, b);
     std::vector<double> times;
     for (int i = 0; i < 4; ++i) {
@@ -108,10 +112,11 @@ void compare_modules(const hp::models::ModelConfig& c) {
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 6;
   // Without it every step pays page faults for its temporaries (host_allocator.h).
-  bool cache = true, profile = false;
+  bool cache = true, profile = false, bf16 = false;
   for (int i = 2; i < argc; ++i) {
     cache = cache && std::string(argv[i]) != "--no-host-cache";
     profile = profile || std::string(argv[i]) == "--profile";
+    bf16 = bf16 || std::string(argv[i]) == "--bf16";
   }
   if (cache) hp::platform::CachingHostAllocator::install();
   hp::platform::configure_compute_threads();
@@ -123,12 +128,22 @@ int main(int argc, char** argv) {
   plain.seed = 1;
   const hp::models::PlanOverride attention{"*.self_attn", "Qwen3Attention", "fused_qkv_attention"};
   const hp::models::PlanOverride norm{"*", "Qwen3RMSNorm", "fused_rms_norm"};
+  struct Mode {
+    std::string name;
+    std::vector<hp::models::PlanOverride> overrides;
+    at::ScalarType dtype = at::kFloat;
+  };
+  std::vector<Mode> mode_list{{"reference", {}}, {"fused_qkv_attention", {attention}}, {"fused_rms_norm", {norm}}, {"both", {attention, norm}}};
+  if (bf16) {
+    mode_list.push_back({"reference_bf16", {}, at::kBFloat16});
+    mode_list.push_back({"both_bf16", {attention, norm}, at::kBFloat16});
+  }
   std::vector<std::pair<std::string, std::shared_ptr<hp::models::CausalLM>>> modes;
-  for (const auto& [name, overrides] : std::vector<std::pair<std::string, std::vector<hp::models::PlanOverride>>>{
-           {"reference", {}}, {"fused_qkv_attention", {attention}}, {"fused_rms_norm", {norm}}, {"both", {attention, norm}}}) {
+  for (const Mode& mode : mode_list) {
     hp::models::ModelLoadOptions options = plain;
-    options.plan_overrides = overrides;
-    modes.emplace_back(name, hp::models::AutoModelForCausalLM::from_config(c, options));
+    options.plan_overrides = mode.overrides;
+    options.dtype = mode.dtype;
+    modes.emplace_back(mode.name, hp::models::AutoModelForCausalLM::from_config(c, options));
   }
 
   const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
@@ -141,20 +156,24 @@ int main(int argc, char** argv) {
   in.input_ids = at::randint(c.vocab_size, {kBatch, kSeq}, gen, at::kLong);
   in.labels = in.input_ids;
   std::vector<std::vector<double>> times(modes.size()), ratios(modes.size());
-  std::vector<double> rooflines;
+  std::vector<double> rooflines, bf16_rooflines, losses(modes.size());
   for (int s = 0; s < steps + 2; ++s) {
-    const double roofline = matmul_roofline_gflops(tokens, c.hidden_size, c.intermediate_size);
+    const double roofline = matmul_roofline_gflops(tokens, c.hidden_size, c.intermediate_size, at::kFloat);
+    const double bf16_roofline = bf16 ? matmul_roofline_gflops(tokens, c.hidden_size, c.intermediate_size, at::kBFloat16) : 0;
     for (size_t m = 0; m < modes.size(); ++m) {
       auto& model = *modes[m].second;
       model.zero_grad();
       const auto t = Clock::now();
-      model.forward(in).loss.backward();
+      const at::Tensor loss = model.forward(in).loss;
+      loss.backward();
       const double step = seconds_since(t);
+      if (s == 0) losses[m] = loss.item<double>();
       if (s < 2) continue;  // steps 0 and 1 warm up (and fill the host cache)
       times[m].push_back(step);
-      ratios[m].push_back(flops / step / 1e9 / roofline);
+      ratios[m].push_back(flops / step / 1e9 / (mode_list[m].dtype == at::kFloat ? roofline : bf16_roofline));
     }
     if (s >= 2) rooflines.push_back(roofline);
+    if (s >= 2 && bf16) bf16_rooflines.push_back(bf16_roofline);
   }
   std::printf("model: Qwen3 %.1f M parameters, batch %ld x %ld, %d threads, %.1f GFLOP per step\n",
               c.parameter_count() / 1e6, static_cast<long>(kBatch), static_cast<long>(kSeq), at::get_num_threads(), flops / 1e9);
@@ -163,11 +182,19 @@ int main(int argc, char** argv) {
   std::sort(sorted.begin(), sorted.end());
   std::printf("matmul roofline (best fp32 GEMM at the model's shapes), per round: median %.1f, range %.1f-%.1f GFLOP/s\n",
               median(rooflines), sorted.front(), sorted.back());
-  std::printf("%-20s %10s %12s %10s %14s\n", "mode", "step_ms", "tokens/s", "GFLOP/s", "of_roofline");
+  if (bf16) {
+    std::printf("bf16 matmul roofline (best bf16 GEMM, same shapes), per round: median %.1f GFLOP/s; bf16 matmul accumulates in %s\n",
+                median(bf16_rooflines), hp::platform::bf16_matmul_accumulates_in_fp32() ? "fp32" : "bf16");
+  }
+  std::printf("%-20s %10s %12s %10s %14s %12s\n", "mode", "step_ms", "tokens/s", "GFLOP/s", "of_roofline", "first_loss");
   for (size_t m = 0; m < modes.size(); ++m) {
     const double step = median(times[m]);
-    std::printf("%-20s %10.1f %12.0f %10.1f %13.1f%%\n", modes[m].first.c_str(), step * 1e3, tokens / step, flops / step / 1e9,
-                100.0 * median(ratios[m]));
+    std::printf("%-20s %10.1f %12.0f %10.1f %13.1f%% %12.6f\n", modes[m].first.c_str(), step * 1e3, tokens / step, flops / step / 1e9,
+                100.0 * median(ratios[m]), losses[m]);
+  }
+  if (bf16) {
+    std::printf("bf16 speed-up (fp32 step / bf16 step): reference %.2fx, both %.2fx\n", median(times[0]) / median(times[4]),
+                median(times[3]) / median(times[5]));
   }
   compare_modules(c);
   // The reference and both replacements, op by op.

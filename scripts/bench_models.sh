@@ -9,7 +9,10 @@ steps=${STEPS:-5}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 bench_header
-"$build/model_bench" "$steps"
+# bf16 modes only where a bf16 matmul is fast (AVX512_BF16 or AMX-BF16; docs/config.md "bf16").
+bf16_flag=()
+grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo && bf16_flag=(--bf16)
+"$build/model_bench" "$steps" "${bf16_flag[@]}"
 "$build/load_bench" prepare "$dir/model"
 "$build/load_bench" full "$dir/model" | grep RESULT
 "$build/hyperparallel" run --no-prefix --nproc-per-node 4 -- "$build/load_bench" sharded "$dir/model" | grep RESULT | sort

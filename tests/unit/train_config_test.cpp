@@ -1,11 +1,13 @@
 // The trainer's configuration: the frozen schema, its documentation, precedence, and the
 // one-line exit-code-2 error of every bad config.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "hyperparallel/platform/bf16_matmul.h"
 #include "hyperparallel/platform/cpu_features.h"
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/train/train_config.h"
@@ -93,6 +95,20 @@ TEST(TrainConfig, CpuFlagsDecideWhetherBf16IsFast) {
   EXPECT_TRUE(cpu("amx_tile amx_bf16").fast_bf16());
   EXPECT_FALSE(cpu("avx512_bf16x").fast_bf16());
   EXPECT_FALSE(hp::platform::parse_cpuinfo("").fast_bf16());
+}
+
+// The accuracy probe must answer for the products a model runs: a [128 x 512] x [512 x 256]
+// bf16 product of random values is within bf16 rounding of fp32 exactly when the probe says
+// the matmul accumulates in fp32 (a probe too small for oneDNN once read "bf16" on an
+// AVX-512 CPU whose model-sized products were accurate).
+TEST(TrainConfig, Bf16MatmulProbeAnswersForModelSizedProducts) {
+  auto gen = at::detail::createCPUGenerator(5);
+  const at::Tensor a = at::rand({128, 512}, gen).to(at::kBFloat16), b = at::rand({512, 256}, gen).to(at::kBFloat16);
+  const at::Tensor exact = at::mm(a.to(at::kFloat), b.to(at::kFloat));
+  const double error = ((at::mm(a, b).to(at::kFloat) - exact).abs() / exact).max().item<double>();
+  // fp32 accumulation: one bf16 rounding of the result (2^-8); bf16 accumulation of 512
+  // positive terms of ~0.25 loses far more.
+  EXPECT_EQ(hp::platform::bf16_matmul_accumulates_in_fp32(), error < 1e-2) << "largest relative error " << error;
 }
 
 // Each bad config: exit code 2 and one line that names the key (or the thing) at fault.
