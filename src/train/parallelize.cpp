@@ -2,6 +2,8 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
+
 #include "hyperparallel/cp/context_parallel.h"
 #include "hyperparallel/dtensor/parameter_specs.h"
 #include "hyperparallel/ep/expert_parallel.h"
@@ -90,31 +92,35 @@ void check_experts_fit(const models::ModelConfig& config, int64_t ep) {
 // Backward prefetch with expert units nested in their layers. The recorded forward order
 // [L0, E0, L1, E1, ...] would have each unit prefetch the one recorded before it, so L_i would
 // gather E_(i-1) for the whole of its backward and gather itself only when needed. In backward
-// L_i's experts run first (the MoE block ends the layer), then its attention, then L_(i-1):
-// so L_i prefetches its own experts E_i, and E_i (or a dense L_i) the previous layer and its
-// experts, which then arrive while L_i's attention runs backward. Over the layers this rank
-// holds (a pipeline stage holds some).
-void order_backward_prefetch(models::CausalLM& model, std::vector<fsdp::FSDPModule>& units, size_t expert_units) {
+// a layer unit's experts run first, last layer first (the MoE block ends a layer), each before
+// the attention under it: so a unit G holding layers a..b runs backward as [G, E_b, ..., E_a],
+// each entry prefetching the next, and the last entry prefetches the previous unit and its
+// first experts, which then arrive while the attention of layer a runs backward. Over the
+// layers this rank holds (a pipeline stage holds some), `layers_per_unit` of them per unit.
+void order_backward_prefetch(models::CausalLM& model, std::vector<fsdp::FSDPModule>& units, size_t expert_units,
+                             size_t layers_per_unit) {
   const auto& held = model.backbone().decoder_layers;
-  const size_t layers = held.size();
-  std::vector<std::optional<fsdp::FSDPModule>> experts_of(layers);
-  size_t next = 0;
-  for (size_t i = 0; i < layers && next < expert_units; ++i) {
-    if (model.config().is_moe_layer(held[i]->index())) experts_of[i] = units[next++];
+  std::vector<std::vector<fsdp::FSDPModule>> backward_runs;  // per layer unit, first layer unit first
+  size_t next_expert = 0;
+  for (size_t first = 0; first < held.size(); first += layers_per_unit) {
+    std::vector<fsdp::FSDPModule> run = {units[expert_units + backward_runs.size()]};
+    const size_t end = std::min(held.size(), first + layers_per_unit);
+    std::vector<fsdp::FSDPModule> experts;
+    for (size_t i = first; i < end && next_expert < expert_units; ++i) {
+      if (model.config().is_moe_layer(held[i]->index())) experts.push_back(units[next_expert++]);
+    }
+    run.insert(run.end(), experts.rbegin(), experts.rend());
+    backward_runs.push_back(std::move(run));
   }
-  const auto layer = [&](size_t i) { return units[expert_units + i]; };
-  for (size_t i = 0; i < layers; ++i) {
+  for (size_t g = 0; g < backward_runs.size(); ++g) {
+    auto& run = backward_runs[g];
+    for (size_t j = 0; j + 1 < run.size(); ++j) run[j].set_modules_to_backward_prefetch({run[j + 1]});
     std::vector<fsdp::FSDPModule> previous;
-    if (i > 0) {
-      previous.push_back(layer(i - 1));
-      if (experts_of[i - 1]) previous.push_back(*experts_of[i - 1]);
+    if (g > 0) {
+      const auto& before = backward_runs[g - 1];
+      previous.assign(before.begin(), before.begin() + std::min<size_t>(2, before.size()));
     }
-    if (auto& e = experts_of[i]) {
-      layer(i).set_modules_to_backward_prefetch({*e});
-      e->set_modules_to_backward_prefetch(previous);
-    } else {
-      layer(i).set_modules_to_backward_prefetch(previous);
-    }
+    run.back().set_modules_to_backward_prefetch(previous);
   }
 }
 
@@ -244,9 +250,14 @@ ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout,
     for (auto* m : ep::expert_modules(model)) out.units.push_back(fsdp::fully_shard(*m, experts));
   }
   const size_t expert_units = out.units.size();
-  for (auto* layer : model.decoder_layers()) out.units.push_back(fsdp::fully_shard(*layer, shard));
+  const auto layers = model.decoder_layers();
+  const auto per_unit = static_cast<size_t>(c.fsdp_config.layers_per_unit);
+  for (size_t first = 0; first < layers.size(); first += per_unit) {
+    const auto end = layers.begin() + static_cast<std::ptrdiff_t>(std::min(layers.size(), first + per_unit));
+    out.units.push_back(fsdp::fully_shard(std::vector<torch::nn::Module*>(layers.begin() + static_cast<std::ptrdiff_t>(first), end), shard));
+  }
   out.units.push_back(fsdp::fully_shard(model, shard));
-  if (expert_units > 0 && shard.backward_prefetch_depth > 0) order_backward_prefetch(model, out.units, expert_units);
+  if (expert_units > 0 && shard.backward_prefetch_depth > 0) order_backward_prefetch(model, out.units, expert_units, per_unit);
   return out;
 }
 

@@ -65,7 +65,8 @@ TEST(TrainerExperts, MoeLayoutsMatchThePlainModelWithTheGlobalAuxLoss) {
 // Expert parallelism through the trainer, 20 steps each against the plain model (total and
 // aux loss, global scope): EP alone, EP with FSDP over the experts (edp), EP over the ranks of
 // a tensor-parallel group (with and without sequence parallelism), EP under HSDP and the
-// grouped_experts override (under FSDP and under EP).
+// grouped_experts override (under FSDP and under EP), and layer units of 3 and 1 over nested
+// expert units (their backward prefetch order) with activation checkpointing.
 TEST(TrainerExperts, ExpertParallelLayoutsMatchThePlainModel) {
   const std::string kGroupedExperts = "plan_overrides=[{match: '*.mlp', module_type: Qwen3MoeSparseMoeBlock, replace_module: grouped_experts}]";
   const std::vector<std::string> moe = {"model_name_or_path=qwen3-moe-debug", "max_steps=20", "learning_rate=3.0e-3"};
@@ -77,7 +78,9 @@ TEST(TrainerExperts, ExpertParallelLayoutsMatchThePlainModel) {
       {"ep2_hsdp", 4, {"per_device_train_batch_size=2", "accelerator.ep_size=2", "fsdp_config.dp_shard_size=2"}},
       {"ep2_tp2", 4, {"per_device_train_batch_size=4", "accelerator.ep_size=2", "accelerator.tp_size=2"}},
       {"grouped_fsdp2", 2, {"per_device_train_batch_size=4", kGroupedExperts}},
-      {"ep2_grouped", 2, {"per_device_train_batch_size=4", "accelerator.ep_size=2", kGroupedExperts}}};
+      {"ep2_grouped", 2, {"per_device_train_batch_size=4", "accelerator.ep_size=2", kGroupedExperts}},
+      {"ep2_units3_ac", 2, {"per_device_train_batch_size=4", "accelerator.ep_size=2", "fsdp_config.layers_per_unit=3",
+                            "activation_checkpoint.mode=full"}}};
   for (const auto& [name, ranks, layout] : layouts) {
     std::vector<std::string> extra = moe;
     extra.insert(extra.end(), layout.begin(), layout.end());

@@ -32,13 +32,21 @@ namespace hp = hyperparallel;
 namespace fs = std::filesystem;
 using namespace hp::testing::trainer_runs;
 
+// fsdp_config.layers_per_unit=3 groups the debug model's 4 layers into units of 3 and 1: the
+// same numbers, with 2 fewer reduce-scatters per step than one unit per layer.
 TEST(Trainer, EveryLayoutMatchesThePlainModelAtTheSameGlobalBatch) {
   const std::vector<std::tuple<std::string, int, std::vector<std::string>>> layouts = {
       {"one_process", 1, {"per_device_train_batch_size=8"}},
       {"fsdp4", 4, {"per_device_train_batch_size=2"}},
       {"hsdp2x2", 4, {"per_device_train_batch_size=2", "fsdp_config.dp_shard_size=2"}},
-      {"fsdp2_accum2", 2, {"per_device_train_batch_size=2", "gradient_accumulation_steps=2"}}};
+      {"fsdp2_accum2", 2, {"per_device_train_batch_size=2", "gradient_accumulation_steps=2"}},
+      {"fsdp4_units3", 4, {"per_device_train_batch_size=2", "fsdp_config.layers_per_unit=3"}}};
   expect_layouts_match_the_plain_model(layouts, /*learns=*/true);
+  const auto reduce_scatters = [](const std::string& name) {
+    const auto summary = nlohmann::json::parse(std::ifstream(temp_dir(name) + "/train_summary.json"));
+    return summary.at("comm_per_step_rank0").at("reduce_scatter").at("calls").get<double>();
+  };
+  EXPECT_EQ(reduce_scatters("fsdp4") - reduce_scatters("fsdp4_units3"), 2.0);
   for (const auto& [name, ranks, layout] : layouts) fs::remove_all(temp_dir(name));
 }
 

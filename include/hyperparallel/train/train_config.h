@@ -42,6 +42,7 @@ struct FsdpConfig {
   bool reshard_after_backward = true;
   int64_t forward_prefetch_depth = 1;
   int64_t backward_prefetch_depth = 1;
+  int64_t layers_per_unit = 1;  // decoder layers sharded as one FSDP unit
   bool comm_fusion = true;
   MixPrecisionConfig mix_precision;
   bool enable_offload = false;
