@@ -1,5 +1,6 @@
 // FusedRMSNorm: RMSNorm as one pass over each row, forward and backward (a custom autograd
-// function), instead of the seven tensor operations and temporaries of the reference.
+// function), instead of the seven tensor operations and temporaries of the reference; its row
+// kernels are compiled per instruction set and picked at load (fused_rms_norm.cpp).
 // It adopts the original norm's weight (same tensor, same name) and, for fp32 inputs and
 // weights, computes the same function to rounding; other dtypes take the reference path.
 #pragma once

@@ -1,6 +1,7 @@
 // The HF model classes beyond the golden numbers: names, flavours, packing, save/load,
 // deferred loading, plan_overrides, and the errors a user meets.
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "hyperparallel/io/hf_checkpoint.h"
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/platform/user_error.h"
+#include "models/fused_rms_norm.h"
 #include "models/rotary.h"
 
 namespace hp = hyperparallel;
@@ -201,6 +203,26 @@ TEST(Models, PlanOverridesKeepParametersAndMatchTheOriginal) {
       if (!g.defined()) continue;
       EXPECT_LE(max_abs(item.value().grad(), g), 1e-6 * std::max(1.0, g.abs().max().item<double>())) << item.key();
     }
+  }
+}
+
+// The fused norm's row kernels (vector lanes, a scalar tail, gw summed in blocks of rows)
+// against the reference RMSNorm: widths that are and are not a multiple of the lanes, more
+// rows than one block, on every thread.
+TEST(Models, FusedRmsNormMatchesTheReferenceAtAnyWidth) {
+  for (const int64_t width : {512, 100, 7}) {
+    SCOPED_TRACE(width);
+    hp::models::ParamFactory factory(false, 3, 0.02, at::kFloat);
+    hp::models::RMSNorm reference("Qwen3RMSNorm", width, 1e-6, factory);
+    reference.weight.data().uniform_(0.5, 1.5);
+    hp::models::FusedRMSNorm fused(reference);
+    const at::Tensor x = at::randn({3, 700, width}).requires_grad_(true);
+    const at::Tensor gy = at::randn({3, 700, width});
+    const at::Tensor y_ref = reference.forward(x), y = fused.forward(x);
+    EXPECT_LE(max_abs(y, y_ref), 1e-6 * y_ref.abs().max().item<double>());
+    const auto grads_ref = torch::autograd::grad({y_ref}, {x, reference.weight}, {gy});
+    const auto grads = torch::autograd::grad({y}, {x, fused.weight}, {gy});
+    for (size_t i = 0; i < 2; ++i) EXPECT_LE(max_abs(grads[i], grads_ref[i]), 1e-5 * grads_ref[i].abs().max().item<double>()) << i;
   }
 }
 
