@@ -98,12 +98,16 @@ std::string user_error_of(const std::function<void()>& fn) {
 TEST(Checkpoint, ResumeContinuesExactlyAndReshardsOntoOtherLayouts) {
   const std::string full = temp_dir("full4");
   train_on(4, full, {"per_device_train_batch_size=2"});
-  // Same layout from checkpoint-8; 2 ranks (per-rank batch 4) and 1 process from it too.
+  // Same layout from checkpoint-8; 2 ranks (per-rank batch 4), 1 process and other FSDP units
+  // from it too.
   const std::string same = temp_dir("same4"), two = temp_dir("two"), one = temp_dir("one");
   const std::string from = full + "/checkpoint-8";
   train_on(4, same, {"per_device_train_batch_size=2", "resume_from_checkpoint=" + from});
   train_on(2, two, {"per_device_train_batch_size=4", "resume_from_checkpoint=" + from});
   train_on(1, one, {"per_device_train_batch_size=8", "resume_from_checkpoint=" + from});
+  // Other FSDP units over the same ranks: 3 layers and 1 per unit instead of one each.
+  const std::string units3 = temp_dir("units3");
+  train_on(4, units3, {"per_device_train_batch_size=2", "fsdp_config.layers_per_unit=3", "resume_from_checkpoint=" + from});
 
   // save_total_limit=2 kept the last two of 4, 8, 12.
   EXPECT_EQ(hp::train::list_checkpoints(full), (std::vector<std::string>{full + "/checkpoint-8", full + "/checkpoint-12"}));
@@ -112,7 +116,7 @@ TEST(Checkpoint, ResumeContinuesExactlyAndReshardsOntoOtherLayouts) {
   const auto resumed_same = logged_losses(same);
   ASSERT_EQ(resumed_same.size(), 4u);  // steps 9..12
   for (const auto& [step, loss] : resumed_same) EXPECT_EQ(loss, reference.at(step)) << "step " << step;
-  for (const auto& dir : {two, one}) {
+  for (const auto& dir : {two, one, units3}) {
     SCOPED_TRACE(dir);
     const auto resumed = logged_losses(dir);
     ASSERT_EQ(resumed.size(), 4u);
@@ -126,7 +130,7 @@ TEST(Checkpoint, ResumeContinuesExactlyAndReshardsOntoOtherLayouts) {
     EXPECT_TRUE(at::equal(a.read(e.name), b.read(e.name))) << e.name;
     EXPECT_TRUE(at::allclose(a.read(e.name), c.read(e.name), 1e-5, 1e-6)) << e.name;
   }
-  for (const auto& dir : {same, two, one}) fs::remove_all(dir);
+  for (const auto& dir : {same, two, one, units3}) fs::remove_all(dir);
 }
 
 // Elements of "param/*" over every rank file of a checkpoint.
@@ -188,6 +192,9 @@ TEST(Checkpoint, ContextParallelCheckpointsLoadOnAnyLayout) {
   train_on(4, cp4, {"per_device_train_batch_size=8", "accelerator.cp_size=4", "resume_from_checkpoint=" + from});
   train_on(4, fsdp4, {"per_device_train_batch_size=2", "resume_from_checkpoint=" + from});
   train_on(1, one, {"per_device_train_batch_size=8", "resume_from_checkpoint=" + from});
+  // Other FSDP units over the same ranks: 3 layers and 1 per unit instead of one each.
+  const std::string units3 = temp_dir("units3");
+  train_on(4, units3, {"per_device_train_batch_size=2", "fsdp_config.layers_per_unit=3", "resume_from_checkpoint=" + from});
 
   EXPECT_EQ(parameter_elements_written(from), hp::models::debug_flavour_config("qwen3-debug").parameter_count());
   expect_resumed_runs_agree(full, same, {cp4, fsdp4, one}, one, {full, same, cp4});
@@ -210,6 +217,9 @@ TEST(Checkpoint, PipelineCheckpointsLoadOnAnyPipelineSize) {
                     "resume_from_checkpoint=" + from});
   train_on(2, fsdp2, {"per_device_train_batch_size=4", "resume_from_checkpoint=" + from});
   train_on(1, one, {"per_device_train_batch_size=8", "resume_from_checkpoint=" + from});
+  // Other FSDP units over the same ranks: 3 layers and 1 per unit instead of one each.
+  const std::string units3 = temp_dir("units3");
+  train_on(4, units3, {"per_device_train_batch_size=2", "fsdp_config.layers_per_unit=3", "resume_from_checkpoint=" + from});
 
   EXPECT_EQ(parameter_elements_written(from), hp::models::debug_flavour_config("qwen3-debug").parameter_count());
   expect_resumed_runs_agree(full, same, {pp4, fsdp2, one}, one, {full, same, pp4});
