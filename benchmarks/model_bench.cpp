@@ -193,8 +193,14 @@ int main(int argc, char** argv) {
                 100.0 * median(ratios[m]), losses[m]);
   }
   if (bf16) {
-    std::printf("bf16 speed-up (fp32 step / bf16 step): reference %.2fx, both %.2fx\n", median(times[0]) / median(times[4]),
-                median(times[3]) / median(times[5]));
+    const auto step_of = [&](const std::string& name) {
+      for (size_t m = 0; m < modes.size(); ++m) {
+        if (modes[m].first == name) return median(times[m]);
+      }
+      return 0.0;
+    };
+    std::printf("bf16 speed-up (fp32 step / bf16 step): reference %.2fx, both %.2fx\n", step_of("reference") / step_of("reference_bf16"),
+                step_of("both") / step_of("both_bf16"));
   }
   compare_modules(c);
   // The reference and both replacements, op by op.

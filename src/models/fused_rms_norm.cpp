@@ -20,7 +20,12 @@ using torch::autograd::variable_list;
 // at 0.6x LibTorch's own AVX2 elementwise kernels. Sums run in kLanes independent float
 // accumulators, which the vectoriser keeps in registers (a single accumulator is a serial
 // chain it may not reorder), then add up once: fp32 throughout, as the reference computes.
+// Elsewhere than x86-64 with GCC the kernels compile once, for the build's target.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define HP_ROW_KERNEL __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#else
+#define HP_ROW_KERNEL
+#endif
 constexpr int64_t kLanes = 16;
 
 float add_lanes(const float* lanes) {
