@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
-#include <set>
 
 #include "hyperparallel/platform/user_error.h"
 #include "stage_transfers.h"
+#include "weight_pass.h"
 
 namespace hyperparallel::pp {
 namespace {
@@ -30,8 +30,10 @@ struct InFlight {
   at::Tensor input;  // the received hidden states (a leaf); undefined on the first stage
   models::SpanOutput out;
   at::Tensor root;   // what backward starts from: the scaled loss, or the hidden states sent on
-  // Split backward: each segment's output gradients, found by I, used by W.
+  // Split backward: each segment's output gradients, found by I, and its weight gradients'
+  // junctions with what I captured there, both used by W.
   std::vector<std::vector<at::Tensor>> segment_grads;
+  std::vector<SegmentWeights> weights;
 };
 
 // The tensors with a gradient, and the gradients, as autograd takes them.
@@ -211,6 +213,8 @@ class PipelineStage::Step {
     f.segment_grads.back()[0] = p_.split_[static_cast<size_t>(a.stage)].head ? grad * loss_scale_ : grad;
     if (p_.hooks_.before_input_backward) p_.hooks_.before_input_backward(a.stage);
     add_extra_loss_gradients(a, f);
+    f.weights.clear();
+    for (const auto& segment : segments) f.weights.emplace_back(segment.outputs, segment.input, segment.params);
     at::Tensor input_grad;
     for (size_t k = segments.size(); k-- > 0;) {
       std::vector<at::Tensor> roots, grads;
@@ -219,6 +223,7 @@ class PipelineStage::Step {
       input_grad = torch::autograd::grad(roots, {segments[k].input}, grads, /*retain_graph=*/true, false, /*allow_unused=*/true)[0];
       if (k > 0) f.segment_grads[k - 1][0] = input_grad;
     }
+    for (auto& w : f.weights) w.stop_capture();
     result_.busy_seconds += seconds_since(start);
     send_input_gradient(a, input_grad);
   }
@@ -240,21 +245,20 @@ class PipelineStage::Step {
     for (size_t i = 0; i < grads.size(); ++i) f.segment_grads[where[i].first][where[i].second] = grads[i];
   }
 
-  // W: every parameter's gradient in one backward from all segments' outputs.
+  // W: each segment's weight gradients from what I captured at their junctions, last segment
+  // first, each segment's output hooks fired first (FSDP unshards there), all in one backward.
   void backward_weight(const Action& a, size_t index) {
     InFlight& f = held(a);
     const auto start = Clock::now();
-    std::vector<at::Tensor> roots, grads, params;
-    std::set<const c10::TensorImpl*> seen;
-    for (size_t k = 0; k < f.out.segments.size(); ++k) {
-      const models::SpanSegment& segment = f.out.segments[k];
-      for (size_t o = 0; o < segment.outputs.size(); ++o) add_root(roots, grads, segment.outputs[o], f.segment_grads[k][o]);
-      for (const auto& p : segment.params) {
-        if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
-      }
-    }
     if (p_.hooks_.before_weight_backward) p_.hooks_.before_weight_backward(a.stage, last_weight_backward_[a.stage] == index);
-    if (!roots.empty() && !params.empty()) torch::autograd::backward(roots, grads, /*retain_graph=*/false, false, params);
+    run_as_one_backward([&] {
+      for (size_t k = f.out.segments.size(); k-- > 0;) {
+        fire_output_hooks(f.out.segments[k].outputs, f.segment_grads[k]);
+        f.weights[k].accumulate(f.segment_grads[k]);
+        result_.weight_groups_direct += f.weights[k].direct_groups();
+        result_.weight_groups_replayed += f.weights[k].replayed_groups();
+      }
+    });
     result_.busy_seconds += seconds_since(start);
     in_flight_.erase({a.microbatch, a.stage});
   }

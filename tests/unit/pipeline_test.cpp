@@ -1,7 +1,7 @@
 // Pipeline parallelism on real processes against a plain one-process model: 20 SGD steps of
 // every schedule (GPipe, 1F1B, interleaved 1F1B with 2 virtual stages per rank, ZB-H1) at
 // pp 2 and 4 on an 8-layer Llama, each global batch of packed and padded rows in
-// micro-batches; pp2 x FSDP2 and pp2 x TP2; the stage split; the errors.
+// micro-batches; pp2 x FSDP2 and pp2 x TP2 (1F1B, ZB-H1); the stage split; the errors.
 #include <gtest/gtest.h>
 #include <torch/optim/sgd.h>
 
@@ -128,6 +128,12 @@ testing::ParityRun train_pipelined(const testing::RankContext& ctx, const Layout
     const pp::PipelineStepResult result = stage.run(mbs, 1.0 / global_label_tokens(s, l));
     // The micro-batches held for backward at once are the schedule's, as simulated.
     EXPECT_EQ(result.peak_in_flight, pp::simulate(stage.schedule()).peak_in_flight[static_cast<size_t>(pp_rank)]);
+    if (stage.schedule().splits_backward()) {
+      // W starts every layer's and the head's weight gradients where I left them; only the
+      // embedding (a segment without an input) replays, once per micro-batch on stage 0.
+      EXPECT_GT(result.weight_groups_direct, 0);
+      EXPECT_EQ(result.weight_groups_replayed, pp_rank == 0 ? l.microbatches : 0);
+    }
     run.grad_norms.push_back(fsdp::clip_grad_norm_(*model, 0, *ctx.world, l.pp));
     at::Tensor loss = at::scalar_tensor(result.lm_loss_sum / global_label_tokens(s, l), at::kDouble).reshape({1});
     ctx.world->all_reduce(loss).wait();
@@ -176,6 +182,7 @@ TEST(PipelineParallelWide, StagesComposeWithFsdpAndTensorParallel) {
     expect_matches_one_process(ctx, {"zero_bubble", 2, 1, 2, 1});
     expect_matches_one_process(ctx, {"interleaved_1f1b", 2, 2, 2, 1});
     expect_matches_one_process(ctx, {"1f1b", 2, 1, 1, 2});
+    expect_matches_one_process(ctx, {"zero_bubble", 2, 1, 1, 2});
   });
 }
 

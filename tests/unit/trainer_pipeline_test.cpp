@@ -38,6 +38,8 @@ TEST(TrainerPipeline, PipelineLayoutsMatchThePlainModel) {
 TEST(TrainerPipeline, PipelineMoeLayoutsMatchThePlainModel) {
   expect_runs_match_the_plain_model({"model_name_or_path=qwen3-moe-debug", "learning_rate=3.0e-3"},
                                     {{"moe_pp2", 2, {"per_device_train_batch_size=8", "accelerator.pp_size=2"}},
+                                     {"moe_pp2_zero_bubble", 2,
+                                      {"per_device_train_batch_size=8", "accelerator.pp_size=2", "accelerator.pp_schedule=zero_bubble"}},
                                      {"moe_pp2_ep2", 4, {"per_device_train_batch_size=4", "accelerator.pp_size=2", "accelerator.ep_size=2"}}},
                                     20);
 }

@@ -15,10 +15,10 @@
 // Backward. B runs autograd from the stage's output with the received gradient. The split
 // schedule (zero_bubble) runs each forward with separate segments (CausalLM::forward_span):
 // I walks the segments from the last to the first, each one's input gradient from its output
-// gradient (retaining the graph), and sends the first one's; W then computes every
-// parameter's gradient in one backward from all the segments' outputs with the gradients I
-// found. Each layer's weights need the gradients inside it, so W walks each layer's
-// activations again: on this runtime I + W costs more than B (docs/pp.md measures it).
+// gradient (retaining the graph), and sends the first one's; while it runs, each parameter's
+// junction (pp/weight_pass.h: a linear layer's MmBackward) keeps the gradient that reached it.
+// W then runs only the junctions' parameter side from those gradients (dW = dYᵀX), each
+// segment's output hooks fired first, all inside one autograd task, so FSDP sees one backward.
 //
 // Data parallelism inside a stage (FSDP on a (pp, dp) mesh) stays the caller's: before each
 // backward that produces weight gradients (B or W) `before_weight_backward(stage, last)` is
@@ -63,6 +63,10 @@ struct PipelineStepResult {
   double busy_seconds = 0;   // in forward and backward compute
   double step_seconds = 0;   // the whole action list, transfers and waits included
   int64_t peak_in_flight = 0;  // the most (micro-batch, stage) forwards held for their backward at once
+  // zero_bubble's W, summed over its actions: parameter groups whose gradients started at the
+  // junctions I captured, and groups replayed from their segment's outputs (pp/weight_pass.h).
+  int64_t weight_groups_direct = 0;
+  int64_t weight_groups_replayed = 0;
 };
 
 class PipelineStage {

@@ -1,0 +1,299 @@
+// Zero-bubble's weight pass from captured junction gradients. See weight_pass.h.
+#include "weight_pass.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <numeric>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace hyperparallel::pp {
+namespace {
+
+using torch::autograd::Edge;
+using torch::autograd::Node;
+using torch::autograd::variable_list;
+
+// The graph below a segment's outputs, with each node's parents (the nodes whose edges reach it).
+struct Graph {
+  std::unordered_map<Node*, std::vector<Node*>> parents;  // every node reached, roots included
+  std::unordered_map<Node*, std::shared_ptr<Node>> owners;
+
+  bool contains(Node* n) const { return parents.count(n) > 0; }
+};
+
+Graph read_graph(const std::vector<at::Tensor>& outputs) {
+  Graph g;
+  std::vector<Node*> stack;
+  for (const auto& o : outputs) {
+    if (!o.defined() || !o.requires_grad() || !o.grad_fn()) continue;
+    Node* n = o.grad_fn().get();
+    if (g.parents.emplace(n, std::vector<Node*>{}).second) {
+      g.owners[n] = o.grad_fn();
+      stack.push_back(n);
+    }
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges()) {
+      if (!e.function) continue;
+      Node* child = e.function.get();
+      const bool first = !g.contains(child);
+      g.parents[child].push_back(n);
+      if (first) {
+        g.owners[child] = e.function;
+        stack.push_back(child);
+      }
+    }
+  }
+  return g;
+}
+
+// Where a tensor's gradient enters the graph: its accumulator (a leaf) or its grad_fn.
+Node* gradient_node(const at::Tensor& t) {
+  if (t.grad_fn()) return t.grad_fn().get();
+  return torch::autograd::impl::try_get_grad_accumulator(t).get();
+}
+
+// The nodes from which `input`'s gradient node is reachable: the input gradient's path.
+std::unordered_set<Node*> input_path(const Graph& g, const at::Tensor& input) {
+  std::unordered_set<Node*> path;
+  if (!input.defined()) return path;
+  Node* start = gradient_node(input);
+  if (!start || !g.contains(start)) return path;
+  std::vector<Node*> stack{start};
+  path.insert(start);
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (Node* p : g.parents.at(n)) {
+      if (path.insert(p).second) stack.push_back(p);
+    }
+  }
+  return path;
+}
+
+// A parameter's junctions: walking up from its gradient node, the first nodes on the input
+// path. `reaches_output` is set when a walk ends at an output off that path.
+std::vector<Node*> junctions_of(const Graph& g, const std::unordered_set<Node*>& path, Node* param, bool& reaches_output) {
+  std::vector<Node*> found, stack{param};
+  std::unordered_set<Node*> seen{param};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    const auto& parents = g.parents.at(n);
+    if (parents.empty()) reaches_output = true;
+    for (Node* p : parents) {
+      if (!seen.insert(p).second) continue;
+      if (path.count(p)) {
+        found.push_back(p);
+      } else {
+        stack.push_back(p);
+      }
+    }
+  }
+  return found;
+}
+
+// Whether a junction reaches another of `junctions` (along the input path, the only way one can).
+bool junctions_chain(const std::vector<Node*>& junctions, const std::unordered_set<Node*>& path) {
+  const std::unordered_set<Node*> targets(junctions.begin(), junctions.end());
+  for (Node* start : junctions) {
+    std::vector<Node*> stack{start};
+    std::unordered_set<Node*> seen{start};
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (const Edge& e : n->next_edges()) {
+        Node* c = e.function.get();
+        if (!c || !path.count(c) || !seen.insert(c).second) continue;
+        if (targets.count(c)) return true;
+        stack.push_back(c);
+      }
+    }
+  }
+  return false;
+}
+
+// Keeps the gradients a node receives each time it runs.
+struct CaptureInputs final : torch::autograd::FunctionPostHook {
+  explicit CaptureInputs(std::shared_ptr<variable_list> into) : into_(std::move(into)) {}
+  variable_list operator()(const variable_list& outputs, const variable_list& inputs) override {
+    *into_ = inputs;
+    return outputs;
+  }
+  std::shared_ptr<variable_list> into_;
+};
+
+struct BodyNode final : Node {
+  explicit BodyNode(const std::function<void()>& body) : body_(body) {}
+  variable_list apply(variable_list&&) override {
+    body_();
+    return {};
+  }
+  std::string name() const override { return "hyperparallel::pp::WeightPass"; }
+  const std::function<void()>& body_;
+};
+
+// Union-find over parameter indices.
+int64_t find(std::vector<int64_t>& up, int64_t i) {
+  while (up[i] != i) i = up[i] = up[up[i]];
+  return i;
+}
+
+}  // namespace
+
+struct SegmentWeights::Group {
+  struct Junction {
+    std::shared_ptr<Node> node;
+    std::shared_ptr<variable_list> grads = std::make_shared<variable_list>();
+    uintptr_t hook = 0;
+  };
+  std::vector<at::Tensor> params;
+  std::vector<Edge> param_edges;
+  std::vector<Junction> junctions;  // in the order autograd made them
+  bool replay = false;
+};
+
+SegmentWeights::SegmentWeights(const std::vector<at::Tensor>& outputs, const at::Tensor& input, const std::vector<at::Tensor>& params)
+    : outputs_(outputs) {
+  const Graph g = read_graph(outputs);
+  const std::unordered_set<Node*> path = input_path(g, input);
+  // Each used parameter, its junctions, and the groups that share them.
+  std::vector<at::Tensor> used;
+  std::vector<Node*> nodes;
+  std::vector<std::vector<Node*>> junctions;
+  std::vector<bool> replay;
+  for (const auto& p : params) {
+    Node* n = p.requires_grad() ? gradient_node(p) : nullptr;
+    if (!n || !g.contains(n) || std::find(nodes.begin(), nodes.end(), n) != nodes.end()) continue;
+    bool reaches_output = false;
+    junctions.push_back(junctions_of(g, path, n, reaches_output));
+    replay.push_back(reaches_output || junctions.back().empty());
+    used.push_back(p);
+    nodes.push_back(n);
+  }
+  std::vector<int64_t> up(used.size());
+  std::iota(up.begin(), up.end(), 0);
+  std::unordered_map<Node*, int64_t> claimed;
+  for (int64_t i = 0; i < static_cast<int64_t>(used.size()); ++i) {
+    for (Node* j : junctions[i]) {
+      auto [it, fresh] = claimed.emplace(j, i);
+      if (!fresh) up[find(up, i)] = find(up, it->second);
+    }
+  }
+  std::unordered_map<int64_t, size_t> group_of;  // union-find root -> index in groups_
+  for (int64_t i = 0; i < static_cast<int64_t>(used.size()); ++i) {
+    const int64_t root = find(up, i);
+    auto [it, fresh] = group_of.emplace(root, groups_.size());
+    if (fresh) groups_.emplace_back();
+    Group& group = groups_[it->second];
+    group.params.push_back(used[i]);
+    group.param_edges.emplace_back(g.owners.at(nodes[i]), used[i].grad_fn() ? used[i].output_nr() : 0);
+    group.replay = group.replay || replay[i];
+    for (Node* j : junctions[i]) {
+      const bool known = std::any_of(group.junctions.begin(), group.junctions.end(), [&](const auto& x) { return x.node.get() == j; });
+      if (!known) group.junctions.push_back({g.owners.at(j)});
+    }
+  }
+  for (Group& group : groups_) {
+    std::sort(group.junctions.begin(), group.junctions.end(),
+              [](const auto& a, const auto& b) { return a.node->sequence_nr() < b.node->sequence_nr(); });
+    if (!group.replay && group.junctions.size() > 1) {
+      std::vector<Node*> js;
+      for (const auto& j : group.junctions) js.push_back(j.node.get());
+      group.replay = junctions_chain(js, path);
+    }
+    if (group.replay) {
+      group.junctions.clear();
+      continue;
+    }
+    for (auto& j : group.junctions) j.hook = j.node->add_post_hook(std::make_unique<CaptureInputs>(j.grads));
+  }
+}
+
+SegmentWeights::~SegmentWeights() { stop_capture(); }
+SegmentWeights::SegmentWeights(SegmentWeights&&) noexcept = default;
+SegmentWeights& SegmentWeights::operator=(SegmentWeights&&) noexcept = default;
+
+void SegmentWeights::stop_capture() {
+  for (Group& group : groups_) {
+    for (auto& j : group.junctions) {
+      if (j.hook) j.node->del_post_hook(j.hook);
+      j.hook = 0;
+    }
+  }
+}
+
+void SegmentWeights::accumulate(const std::vector<at::Tensor>& output_grads) {
+  stop_capture();
+  std::vector<at::Tensor> replayed;
+  for (Group& group : groups_) {
+    if (group.replay) {
+      replayed.insert(replayed.end(), group.params.begin(), group.params.end());
+      continue;
+    }
+    torch::autograd::edge_list roots;
+    variable_list grads;
+    for (auto& j : group.junctions) {
+      for (size_t i = 0; i < j.grads->size(); ++i) {
+        if (!(*j.grads)[i].defined()) continue;
+        roots.emplace_back(j.node, static_cast<uint32_t>(i));
+        grads.push_back((*j.grads)[i]);
+      }
+      j.grads->clear();
+    }
+    if (roots.empty()) continue;  // no gradient reached the junctions: nothing to add
+    torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/true, /*create_graph=*/false,
+                                                          /*accumulate_grad=*/true, group.param_edges);
+  }
+  if (replayed.empty()) return;
+  std::vector<at::Tensor> roots, grads;
+  for (size_t o = 0; o < outputs_.size() && o < output_grads.size(); ++o) {
+    if (!outputs_[o].defined() || !outputs_[o].requires_grad() || !output_grads[o].defined()) continue;
+    roots.push_back(outputs_[o]);
+    grads.push_back(output_grads[o]);
+  }
+  if (!roots.empty()) torch::autograd::backward(roots, grads, /*retain_graph=*/true, false, replayed);
+}
+
+int64_t SegmentWeights::direct_groups() const {
+  return std::count_if(groups_.begin(), groups_.end(), [](const Group& g) { return !g.replay; });
+}
+
+int64_t SegmentWeights::replayed_groups() const {
+  return std::count_if(groups_.begin(), groups_.end(), [](const Group& g) { return g.replay; });
+}
+
+void run_as_one_backward(const std::function<void()>& body) {
+  auto node = std::make_shared<BodyNode>(body);
+  const at::Tensor seed = at::zeros({1});
+  node->add_input_metadata(seed);
+  torch::autograd::Engine::get_default_engine().execute({Edge(node, 0)}, {seed}, /*keep_graph=*/false, /*create_graph=*/false,
+                                                        /*accumulate_grad=*/true);
+}
+
+void fire_output_hooks(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& grads) {
+  std::vector<std::pair<std::shared_ptr<Node>, variable_list>> arriving;  // per node, in output order
+  for (size_t o = 0; o < outputs.size() && o < grads.size(); ++o) {
+    const at::Tensor& t = outputs[o];
+    if (!t.defined() || !t.requires_grad() || !t.grad_fn() || !grads[o].defined()) continue;
+    auto it = std::find_if(arriving.begin(), arriving.end(), [&](const auto& a) { return a.first == t.grad_fn(); });
+    if (it == arriving.end()) {
+      arriving.emplace_back(t.grad_fn(), variable_list(t.grad_fn()->num_inputs()));
+      it = std::prev(arriving.end());
+    }
+    it->second[t.output_nr()] = grads[o];
+  }
+  for (auto& [node, values] : arriving) {
+    for (const auto& hook : node->pre_hooks()) values = (*hook)(values);
+  }
+}
+
+}  // namespace hyperparallel::pp
