@@ -6,17 +6,20 @@
 //   pp4_1f1b           1F1B
 //   pp4_interleaved    interleaved 1F1B, 2 virtual stages per rank (8 stages)
 //   pp4_zero_bubble    ZB-H1
-// Run under the launcher: hyperparallel run --nproc-per-node 4 -- pp_bench MODE STEPS.
+// Run under the launcher: hyperparallel run --nproc-per-node 4 -- pp_bench MODE STEPS (another
+// rank count makes that many stages; the mode names keep their "pp4_").
 // Prints one line: RESULT mode=... step_ms=... bubble=... in_flight=... rss_mb=... rss0_mb=...
 // (bubble: 1 - compute time / step time, averaged over the ranks; in_flight: the most
 // micro-batch stages rank 0 held for backward; rss: the highest peak RSS over the ranks, and
 // rank 0's, which holds the most activations).
 #include <torch/optim/adamw.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bench_common.h"
 #include "hyperparallel/comm/rendezvous.h"
@@ -53,6 +56,34 @@ hp::models::CausalLMInput micro_batch(int step, int64_t m, int64_t vocab) {
   return in;
 }
 
+// PP_BENCH_LAYERS="0-8,9-15": each stage's decoder layers (pp_layers), e.g. to balance the
+// head's cost; unset: the balanced split, which counts the embedding and the head as one layer.
+std::vector<std::string> layer_ranges() {
+  std::vector<std::string> out;
+  const char* env = std::getenv("PP_BENCH_LAYERS");
+  std::string text = env ? env : "";
+  for (size_t start = 0; start < text.size();) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// PP_BENCH_COSTS="F,I,W": the action costs zero_bubble's list is made with ("1,1,1": the
+// paper's unit-cost list); unset: the model's estimate (pp::layer_costs), as the trainer does.
+hp::pp::ActionCosts costs(const hp::models::ModelConfig& config) {
+  hp::pp::ActionCosts c = hp::pp::layer_costs(config, kTokens);
+  if (const char* env = std::getenv("PP_BENCH_COSTS")) {
+    if (std::sscanf(env, "%lf,%lf,%lf", &c.forward, &c.backward_input, &c.backward_weight) != 3) {
+      std::fprintf(stderr, "PP_BENCH_COSTS must be F,I,W (got %s)\n", env);
+      std::exit(2);
+    }
+    c.backward = c.backward_input + c.backward_weight;
+  }
+  return c;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,9 +110,11 @@ int main(int argc, char** argv) {
   } else {
     const std::string schedule = mode.substr(4) == "interleaved" ? "interleaved_1f1b" : mode.substr(4);
     const int64_t virtual_stages = schedule == "interleaved_1f1b" ? 2 : 1;
-    const auto split = hp::pp::balanced_split(config.num_hidden_layers, n * virtual_stages);
+    const auto split = layer_ranges().empty() ? hp::pp::balanced_split(config.num_hidden_layers, n * virtual_stages)
+                                              : hp::pp::explicit_split(layer_ranges(), config.num_hidden_layers, n * virtual_stages);
     hp::pp::keep_stages(*model, split, world->rank(), n);
-    stage = std::make_unique<hp::pp::PipelineStage>(*model, split, hp::pp::make_schedule(schedule, n, microbatches, virtual_stages), world);
+    stage = std::make_unique<hp::pp::PipelineStage>(*model, split, hp::pp::make_schedule(schedule, n, microbatches, virtual_stages, costs(config)),
+                                                    world);
   }
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
   hp::benchmarks::StepMeter meter({world});
@@ -110,6 +143,10 @@ int main(int argc, char** argv) {
   at::Tensor rss = stats.narrow(0, 0, 1).clone(), bubble = stats.narrow(0, 1, 1).clone();
   world->all_reduce(rss, hp::comm::ReduceOp::kMax).wait();
   world->all_reduce(bubble, hp::comm::ReduceOp::kSum).wait();
+  if (world->rank() == 0 && stage) {
+    const hp::pp::ScheduleTiming sim = hp::pp::simulate(stage->schedule(), costs(config));
+    std::printf("SIMULATED makespan=%.0f bubble=%.3f\n", sim.makespan, sim.bubble);
+  }
   if (world->rank() == 0) {
     std::printf("RESULT mode=%s ranks=%lld microbatches=%lld step_ms=%.0f bubble=%.3f in_flight=%lld rss_mb=%.0f rss0_mb=%.0f\n",
                 mode.c_str(), static_cast<long long>(n), static_cast<long long>(microbatches), meter.median_step_ms(),

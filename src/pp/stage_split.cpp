@@ -119,4 +119,23 @@ void keep_stages(models::CausalLM& model, const std::vector<models::ModelSpan>& 
   model.keep_only(embedding, layers, head);
 }
 
+ActionCosts layer_costs(const models::ModelConfig& c, int64_t sequence_length) {
+  const double h = static_cast<double>(c.hidden_size);
+  const double head = static_cast<double>(c.head_dim > 0 ? c.head_dim : c.hidden_size / std::max<int64_t>(c.num_attention_heads, 1));
+  const double q = head * static_cast<double>(c.num_attention_heads);
+  const double kv = head * static_cast<double>(c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads);
+  const double mlp = c.num_experts > 0
+                         ? 3 * h * static_cast<double>(c.moe_intermediate_size * c.num_experts_per_tok) + h * static_cast<double>(c.num_experts)
+                         : 3 * h * static_cast<double>(c.intermediate_size);
+  const double gemms = 2 * (h * (q + 2 * kv) + q * h + mlp);
+  const double attention = 4 * static_cast<double>(std::max<int64_t>(sequence_length, 1)) * q;
+  const double forward = gemms + attention;
+  ActionCosts costs;
+  costs.forward = 1;
+  costs.backward_input = (gemms + 2 * attention) / forward;
+  costs.backward_weight = gemms / forward;
+  costs.backward = costs.backward_input + costs.backward_weight;
+  return costs;
+}
+
 }  // namespace hyperparallel::pp

@@ -25,7 +25,8 @@ PipelinePlan plan_pipeline(const TrainConfig& c, const models::ModelConfig& conf
   try {
     plan.split = a.pp_layers.empty() ? pp::balanced_split(config.num_hidden_layers, stages)
                                      : pp::explicit_split(a.pp_layers, config.num_hidden_layers, stages);
-    plan.schedule = pp::make_schedule(a.pp_schedule, a.pp_size, pipeline_microbatches(c), a.pp_virtual_stages);
+    plan.schedule = pp::make_schedule(a.pp_schedule, a.pp_size, pipeline_microbatches(c), a.pp_virtual_stages,
+                                      pp::layer_costs(config, c.cutoff_len));
   } catch (const UserError& e) {
     throw UserError(std::string("accelerator.pp_*: ") + e.what());
   }

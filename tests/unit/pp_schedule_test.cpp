@@ -1,10 +1,13 @@
 // Pipeline schedules as action lists: each schedule complete and runnable at pp 2 and 4 with
 // several micro-batch counts, 1F1B's memory bound, the bubble of GPipe and 1F1B against
-// (p-1)/(m+p-1), interleaving and ZB-H1 below it, the printed form, and the errors.
+// (p-1)/(m+p-1), interleaving and ZB-H1 below it, ZB-H1 lists made with the layers' costs, the
+// printed form, and the errors.
 #include <gtest/gtest.h>
 
 #include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/pp/schedule.h"
+#include "hyperparallel/pp/stage_split.h"
 
 namespace hyperparallel {
 namespace {
@@ -66,6 +69,39 @@ TEST(PipelineSchedules, InterleavingAndZeroBubbleShrinkTheBubble) {
       }
       for (int64_t r = 0; r < p; ++r) EXPECT_LE(zero_bubble.peak_in_flight[r], p);  // until W: 1F1B's peak
     }
+  }
+}
+
+// Real layers' W is cheaper than their I (no attention-core backward): the list made with those
+// costs beats the unit-cost list run at them, holds no more micro-batches and stays valid.
+TEST(PipelineSchedules, ZeroBubbleListsFitTheActionsCosts) {
+  models::ModelConfig c = models::debug_flavour_config("llama-debug");
+  c.hidden_size = 256;
+  c.intermediate_size = 768;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.head_dim = 32;
+  const pp::ActionCosts costs = pp::layer_costs(c, 256);
+  EXPECT_NEAR(costs.backward_input, 1.143, 1e-3);  // (G + 2A) / (G + A), G = 1.573 M, A = 0.262 M FLOPs a token
+  EXPECT_NEAR(costs.backward_weight, 0.857, 1e-3);
+  EXPECT_DOUBLE_EQ(costs.backward, costs.backward_input + costs.backward_weight);
+  EXPECT_GT(pp::layer_costs(c, 4096).backward_input, 1.5);  // long sequences: the attention core dominates
+  pp::ActionCosts skewed;
+  skewed.backward_input = 1.2;
+  skewed.backward_weight = 0.6;
+  for (const pp::ActionCosts& at : {costs, skewed}) {
+    for (int64_t p : {2, 4}) {
+      for (int64_t m : {p, 2 * p, 4 * p}) {
+        SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m) + " I " + std::to_string(at.backward_input));
+        const auto fitted = pp::make_schedule("zero_bubble", p, m, 1, at), unit = pp::make_schedule("zero_bubble", p, m);
+        pp::check_schedule(fitted);
+        const auto fitted_time = pp::simulate(fitted, at), unit_time = pp::simulate(unit, at);
+        EXPECT_LE(fitted_time.makespan, unit_time.makespan + 1e-9);  // never worse: the unit list where it is shorter
+        for (int64_t r = 0; r < p; ++r) EXPECT_LE(fitted_time.peak_in_flight[r], p);
+      }
+    }
+    const auto p2 = pp::simulate(pp::make_schedule("zero_bubble", 2, 8, 1, at), at);
+    EXPECT_LT(p2.makespan, pp::simulate(pp::make_schedule("zero_bubble", 2, 8), at).makespan - 0.2);
   }
 }
 

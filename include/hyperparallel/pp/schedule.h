@@ -17,7 +17,8 @@
 //                     of ranks): a smaller bubble, (ranks-1)/(v·m) instead of (ranks-1)/m
 //   zero_bubble       ZB-H1 (Qi et al., 2023): 1F1B's order, each W deferred into the slots
 //                     where the rank would otherwise wait, at most `ranks` micro-batches held
-//                     until their W on any rank (1F1B's peak)
+//                     until their W on any rank (1F1B's peak); list-scheduled with the
+//                     actions' costs
 //
 // simulate() runs a schedule with given costs and zero communication time and reports the
 // makespan and bubble (idle share); check_schedule() verifies completeness, order and that the
@@ -52,14 +53,17 @@ struct PipelineSchedule {
   std::string to_string() const;
 };
 
-// UserError for an unknown name, degrees < 1, or interleaving whose micro-batches are not a
-// multiple of the ranks (or virtual_stages != 1 for the others).
-PipelineSchedule make_schedule(const std::string& name, int64_t ranks, int64_t microbatches, int64_t virtual_stages = 1);
-
 struct ActionCosts {
   double forward = 1, backward = 2;             // a full backward
   double backward_input = 1, backward_weight = 1;  // its halves, for the split schedule
 };
+
+// UserError for an unknown name, degrees < 1, or interleaving whose micro-batches are not a
+// multiple of the ranks (or virtual_stages != 1 for the others). `costs` shape zero_bubble's
+// list (the others are fixed orders): unit costs give the paper's ZB-H1 list; a model's
+// estimate (estimate_costs) fits W's real share.
+PipelineSchedule make_schedule(const std::string& name, int64_t ranks, int64_t microbatches, int64_t virtual_stages = 1,
+                               const ActionCosts& costs = {});
 
 struct ScheduleTiming {
   double makespan = 0;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hyperparallel/models/causal_lm.h"
+#include "hyperparallel/pp/schedule.h"
 
 namespace hyperparallel::pp {
 
@@ -25,6 +26,13 @@ std::vector<models::ModelSpan> balanced_split(int64_t layers, int64_t stages);
 std::vector<models::ModelSpan> explicit_split(const std::vector<std::string>& ranges, int64_t layers, int64_t stages);
 // "0-3, 4-7": the split as an explicit list would write it.
 std::string to_string(const std::vector<models::ModelSpan>& split);
+
+// A decoder layer's forward, input-gradient and weight-gradient costs relative to its forward,
+// for zero_bubble's list (make_schedule), from its matmul FLOPs per token at
+// `sequence_length`: the weight GEMMs G (attention projections and the MLP; for MoE the
+// routed experts' share and the router) run once in each of F, I and W, the attention core A
+// (scores and weighted sum) once in F and twice in I: F = G + A, I = G + 2A, W = G.
+ActionCosts layer_costs(const models::ModelConfig& config, int64_t sequence_length);
 
 // The stages rank `rank` of `ranks` holds with `virtual_stages` each, in model order.
 std::vector<int64_t> stages_of_rank(int64_t rank, int64_t ranks, int64_t virtual_stages);
