@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -37,18 +39,48 @@ StepScalars scalars_for(const torch::optim::AdamWOptions& o, int64_t step) {
   return s;
 }
 
-void update_range(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end, const StepScalars& s) {
+// The update of elements [begin, end). kFma: the multiply-adds LibTorch's AVX2 / AVX-512
+// kernels fuse are fused here too — add_(x, alpha) is fmadd(x, alpha, self) there, and
+// addcmul's self + value·t1·t2 is contracted to fma(value·t1, t2, self) — so the loop rounds
+// as they do; without FMA (LibTorch's DEFAULT kernels) every product and sum rounds.
+template <bool kFma>
+inline __attribute__((always_inline)) void update_elements(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end,
+                                                          const StepScalars& s) {
   for (int64_t i = begin; i < end; ++i) {
     float param = s.decays ? p[i] * s.decay : p[i];
     const float grad = g[i];
-    const float avg = m[i] * s.beta1 + s.one_minus_beta1 * grad;
-    const float avg_sq = v[i] * s.beta2 + s.one_minus_beta2 * grad * grad;
+    const float scaled_avg = m[i] * s.beta1, scaled_sq = v[i] * s.beta2, weighted = s.one_minus_beta2 * grad;
+    const float avg = kFma ? std::fma(grad, s.one_minus_beta1, scaled_avg) : scaled_avg + s.one_minus_beta1 * grad;
+    const float avg_sq = kFma ? std::fma(weighted, grad, scaled_sq) : scaled_sq + weighted * grad;
     const float denom = std::sqrt(avg_sq) / s.sqrt_bias_correction2 + s.eps;
     param = param + s.neg_step_size * avg / denom;
     m[i] = avg;
     v[i] = avg_sq;
     p[i] = param;
   }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2,fma"))) void update_range_fma(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end,
+                                                          const StepScalars& s) {
+  update_elements<true>(p, g, m, v, begin, end, s);
+}
+
+// LibTorch runs its AVX2 (or AVX-512) kernels where the CPU has AVX2 and FMA, unless
+// ATEN_CPU_CAPABILITY=default asks for the portable ones.
+bool libtorch_fuses_multiply_adds() {
+  const char* capability = std::getenv("ATEN_CPU_CAPABILITY");
+  if (capability && std::string(capability) == "default") return false;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#endif
+
+void update_range(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end, const StepScalars& s) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool fused = libtorch_fuses_multiply_adds();
+  if (fused) return update_range_fma(p, g, m, v, begin, end, s);
+#endif
+  update_elements<false>(p, g, m, v, begin, end, s);
 }
 
 // Large tensors are split over the intra-op thread count. at::parallel_for cannot do it here:
