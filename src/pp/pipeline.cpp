@@ -246,14 +246,13 @@ class PipelineStage::Step {
   }
 
   // W: each segment's weight gradients from what I captured at their junctions, last segment
-  // first, each segment's output hooks fired first (FSDP unshards there), all in one backward.
+  // first, its gradient hooks fired first (FSDP unshards there), all in one backward.
   void backward_weight(const Action& a, size_t index) {
     InFlight& f = held(a);
     const auto start = Clock::now();
     if (p_.hooks_.before_weight_backward) p_.hooks_.before_weight_backward(a.stage, last_weight_backward_[a.stage] == index);
     run_as_one_backward([&] {
       for (size_t k = f.out.segments.size(); k-- > 0;) {
-        fire_output_hooks(f.out.segments[k].outputs, f.segment_grads[k]);
         f.weights[k].accumulate(f.segment_grads[k]);
         result_.weight_groups_direct += f.weights[k].direct_groups();
         result_.weight_groups_replayed += f.weights[k].replayed_groups();

@@ -23,6 +23,7 @@ using torch::autograd::variable_list;
 struct Graph {
   std::unordered_map<Node*, std::vector<Node*>> parents;  // every node reached, roots included
   std::unordered_map<Node*, std::shared_ptr<Node>> owners;
+  std::unordered_set<Node*> roots;  // the outputs' grad_fns
 
   bool contains(Node* n) const { return parents.count(n) > 0; }
 };
@@ -33,6 +34,7 @@ Graph read_graph(const std::vector<at::Tensor>& outputs) {
   for (const auto& o : outputs) {
     if (!o.defined() || !o.requires_grad() || !o.grad_fn()) continue;
     Node* n = o.grad_fn().get();
+    g.roots.insert(n);
     if (g.parents.emplace(n, std::vector<Node*>{}).second) {
       g.owners[n] = o.grad_fn();
       stack.push_back(n);
@@ -80,7 +82,8 @@ std::unordered_set<Node*> input_path(const Graph& g, const at::Tensor& input) {
 }
 
 // A parameter's junctions: walking up from its gradient node, the first nodes on the input
-// path. `reaches_output` is set when a walk ends at an output off that path.
+// path. `reaches_output` is set when the walk meets an output off that path (its gradient
+// enters there, where no junction sees it).
 std::vector<Node*> junctions_of(const Graph& g, const std::unordered_set<Node*>& path, Node* param, bool& reaches_output) {
   std::vector<Node*> found, stack{param};
   std::unordered_set<Node*> seen{param};
@@ -88,7 +91,7 @@ std::vector<Node*> junctions_of(const Graph& g, const std::unordered_set<Node*>&
     Node* n = stack.back();
     stack.pop_back();
     const auto& parents = g.parents.at(n);
-    if (parents.empty()) reaches_output = true;
+    if (g.roots.count(n)) reaches_output = true;
     for (Node* p : parents) {
       if (!seen.insert(p).second) continue;
       if (path.count(p)) {
@@ -141,6 +144,25 @@ struct BodyNode final : Node {
   const std::function<void()>& body_;
 };
 
+// Calls the gradient hooks registered on `outputs` (Tensor::register_hook: pre hooks of their
+// grad_fn) as autograd does when `grads` arrive there, without running their nodes.
+void fire_output_hooks(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& grads) {
+  std::vector<std::pair<std::shared_ptr<Node>, variable_list>> arriving;  // per node, in output order
+  for (size_t o = 0; o < outputs.size() && o < grads.size(); ++o) {
+    const at::Tensor& t = outputs[o];
+    if (!t.defined() || !t.requires_grad() || !t.grad_fn() || !grads[o].defined()) continue;
+    auto it = std::find_if(arriving.begin(), arriving.end(), [&](const auto& a) { return a.first == t.grad_fn(); });
+    if (it == arriving.end()) {
+      arriving.emplace_back(t.grad_fn(), variable_list(t.grad_fn()->num_inputs()));
+      it = std::prev(arriving.end());
+    }
+    it->second[t.output_nr()] = grads[o];
+  }
+  for (auto& [node, values] : arriving) {
+    for (const auto& hook : node->pre_hooks()) values = (*hook)(values);
+  }
+}
+
 // Union-find over parameter indices.
 int64_t find(std::vector<int64_t>& up, int64_t i) {
   while (up[i] != i) i = up[i] = up[up[i]];
@@ -149,72 +171,117 @@ int64_t find(std::vector<int64_t>& up, int64_t i) {
 
 }  // namespace
 
+// A node whose incoming gradients I keeps for W (a post hook, removed after I).
+struct SegmentWeights::Capture {
+  std::shared_ptr<Node> node;
+  std::shared_ptr<variable_list> grads = std::make_shared<variable_list>();
+  uintptr_t hook = 0;
+
+  void attach() { hook = node->add_post_hook(std::make_unique<CaptureInputs>(grads)); }
+  void detach() {
+    if (hook) node->del_post_hook(hook);
+    hook = 0;
+  }
+};
+
 struct SegmentWeights::Group {
-  struct Junction {
-    std::shared_ptr<Node> node;
-    std::shared_ptr<variable_list> grads = std::make_shared<variable_list>();
-    uintptr_t hook = 0;
-  };
   std::vector<at::Tensor> params;
   std::vector<Edge> param_edges;
-  std::vector<Junction> junctions;  // in the order autograd made them
+  std::vector<Capture> junctions;  // in the order autograd made them
   bool replay = false;
 };
+
+namespace {
+
+// What the constructor learns of each parameter it finds in the graph.
+struct ParamJunctions {
+  at::Tensor param;
+  Node* node;
+  std::vector<Node*> junctions;
+  bool replay;
+};
+
+std::vector<ParamJunctions> find_junctions(const Graph& g, const std::unordered_set<Node*>& path, const std::vector<at::Tensor>& params) {
+  std::vector<ParamJunctions> found;
+  for (const auto& p : params) {
+    Node* n = p.requires_grad() ? gradient_node(p) : nullptr;
+    const bool seen = std::any_of(found.begin(), found.end(), [&](const ParamJunctions& f) { return f.node == n; });
+    if (!n || !g.contains(n) || seen) continue;
+    bool reaches_output = false;
+    std::vector<Node*> junctions = junctions_of(g, path, n, reaches_output);
+    const bool replay = reaches_output || junctions.empty();
+    found.push_back({p, n, std::move(junctions), replay});
+  }
+  return found;
+}
+
+// The union-find root of each parameter, parameters joined where they share a junction.
+std::vector<int64_t> join_shared_junctions(const std::vector<ParamJunctions>& found) {
+  std::vector<int64_t> up(found.size());
+  std::iota(up.begin(), up.end(), 0);
+  std::unordered_map<Node*, int64_t> claimed;
+  for (int64_t i = 0; i < static_cast<int64_t>(found.size()); ++i) {
+    for (Node* j : found[i].junctions) {
+      auto [it, fresh] = claimed.emplace(j, i);
+      if (!fresh) up[find(up, i)] = find(up, it->second);
+    }
+  }
+  for (int64_t i = 0; i < static_cast<int64_t>(found.size()); ++i) up[i] = find(up, i);
+  return up;
+}
+
+// Gradient hooks inside the segment (FSDP's on a unit that is part of a layer, e.g. MoE's
+// experts under expert parallelism) sit on input-path nodes that W does not run (not an
+// output, not a junction W starts at): those nodes, last made first (backward's order).
+std::vector<std::shared_ptr<Node>> hooked_nodes(const Graph& g, const std::unordered_set<Node*>& path,
+                                                const std::unordered_set<Node*>& started) {
+  std::vector<std::shared_ptr<Node>> hooked;
+  for (Node* n : path) {
+    if (!n->pre_hooks().empty() && !g.roots.count(n) && !started.count(n)) hooked.push_back(g.owners.at(n));
+  }
+  std::sort(hooked.begin(), hooked.end(), [](const auto& a, const auto& b) { return a->sequence_nr() > b->sequence_nr(); });
+  return hooked;
+}
+
+}  // namespace
 
 SegmentWeights::SegmentWeights(const std::vector<at::Tensor>& outputs, const at::Tensor& input, const std::vector<at::Tensor>& params)
     : outputs_(outputs) {
   const Graph g = read_graph(outputs);
   const std::unordered_set<Node*> path = input_path(g, input);
-  // Each used parameter, its junctions, and the groups that share them.
-  std::vector<at::Tensor> used;
-  std::vector<Node*> nodes;
-  std::vector<std::vector<Node*>> junctions;
-  std::vector<bool> replay;
-  for (const auto& p : params) {
-    Node* n = p.requires_grad() ? gradient_node(p) : nullptr;
-    if (!n || !g.contains(n) || std::find(nodes.begin(), nodes.end(), n) != nodes.end()) continue;
-    bool reaches_output = false;
-    junctions.push_back(junctions_of(g, path, n, reaches_output));
-    replay.push_back(reaches_output || junctions.back().empty());
-    used.push_back(p);
-    nodes.push_back(n);
-  }
-  std::vector<int64_t> up(used.size());
-  std::iota(up.begin(), up.end(), 0);
-  std::unordered_map<Node*, int64_t> claimed;
-  for (int64_t i = 0; i < static_cast<int64_t>(used.size()); ++i) {
-    for (Node* j : junctions[i]) {
-      auto [it, fresh] = claimed.emplace(j, i);
-      if (!fresh) up[find(up, i)] = find(up, it->second);
-    }
-  }
+  const std::vector<ParamJunctions> found = find_junctions(g, path, params);
+  const std::vector<int64_t> root = join_shared_junctions(found);
   std::unordered_map<int64_t, size_t> group_of;  // union-find root -> index in groups_
-  for (int64_t i = 0; i < static_cast<int64_t>(used.size()); ++i) {
-    const int64_t root = find(up, i);
-    auto [it, fresh] = group_of.emplace(root, groups_.size());
+  for (size_t i = 0; i < found.size(); ++i) {
+    auto [it, fresh] = group_of.emplace(root[i], groups_.size());
     if (fresh) groups_.emplace_back();
     Group& group = groups_[it->second];
-    group.params.push_back(used[i]);
-    group.param_edges.emplace_back(g.owners.at(nodes[i]), used[i].grad_fn() ? used[i].output_nr() : 0);
-    group.replay = group.replay || replay[i];
-    for (Node* j : junctions[i]) {
-      const bool known = std::any_of(group.junctions.begin(), group.junctions.end(), [&](const auto& x) { return x.node.get() == j; });
+    group.params.push_back(found[i].param);
+    group.param_edges.emplace_back(g.owners.at(found[i].node), found[i].param.grad_fn() ? found[i].param.output_nr() : 0);
+    group.replay = group.replay || found[i].replay;
+    for (Node* j : found[i].junctions) {
+      const bool known = std::any_of(group.junctions.begin(), group.junctions.end(), [&](const Capture& c) { return c.node.get() == j; });
       if (!known) group.junctions.push_back({g.owners.at(j)});
     }
   }
+  std::unordered_set<Node*> started;  // the direct groups' junctions: W runs them, hooks included
   for (Group& group : groups_) {
     std::sort(group.junctions.begin(), group.junctions.end(),
-              [](const auto& a, const auto& b) { return a.node->sequence_nr() < b.node->sequence_nr(); });
+              [](const Capture& a, const Capture& b) { return a.node->sequence_nr() < b.node->sequence_nr(); });
     if (!group.replay && group.junctions.size() > 1) {
       std::vector<Node*> js;
       for (const auto& j : group.junctions) js.push_back(j.node.get());
       group.replay = junctions_chain(js, path);
     }
-    if (group.replay) {
-      group.junctions.clear();
-      continue;
+    if (group.replay) group.junctions.clear();
+    for (auto& j : group.junctions) {
+      j.attach();
+      started.insert(j.node.get());
     }
-    for (auto& j : group.junctions) j.hook = j.node->add_post_hook(std::make_unique<CaptureInputs>(j.grads));
+  }
+  for (auto& node : hooked_nodes(g, path, started)) {
+    hooked_.push_back({node});
+    hooked_.back().attach();
   }
 }
 
@@ -224,43 +291,56 @@ SegmentWeights& SegmentWeights::operator=(SegmentWeights&&) noexcept = default;
 
 void SegmentWeights::stop_capture() {
   for (Group& group : groups_) {
-    for (auto& j : group.junctions) {
-      if (j.hook) j.node->del_post_hook(j.hook);
-      j.hook = 0;
-    }
+    for (auto& j : group.junctions) j.detach();
   }
+  for (auto& h : hooked_) h.detach();
 }
 
 void SegmentWeights::accumulate(const std::vector<at::Tensor>& output_grads) {
   stop_capture();
+  if (direct_groups() > 0) {  // a replay fires the hooks on its way (before: every group replays)
+    fire_output_hooks(outputs_, output_grads);
+    for (auto& h : hooked_) {
+      variable_list values = h.grads->empty() ? variable_list(h.node->num_inputs()) : *h.grads;
+      for (const auto& hook : h.node->pre_hooks()) values = (*hook)(values);
+      h.grads->clear();
+    }
+  }
   std::vector<at::Tensor> replayed;
   for (Group& group : groups_) {
     if (group.replay) {
       replayed.insert(replayed.end(), group.params.begin(), group.params.end());
       continue;
     }
-    torch::autograd::edge_list roots;
-    variable_list grads;
-    for (auto& j : group.junctions) {
-      for (size_t i = 0; i < j.grads->size(); ++i) {
-        if (!(*j.grads)[i].defined()) continue;
-        roots.emplace_back(j.node, static_cast<uint32_t>(i));
-        grads.push_back((*j.grads)[i]);
-      }
-      j.grads->clear();
-    }
-    if (roots.empty()) continue;  // no gradient reached the junctions: nothing to add
-    torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/true, /*create_graph=*/false,
-                                                          /*accumulate_grad=*/true, group.param_edges);
+    run_from_junctions(group);
   }
-  if (replayed.empty()) return;
+  if (!replayed.empty()) replay(replayed, output_grads);
+}
+
+void SegmentWeights::run_from_junctions(Group& group) {
+  torch::autograd::edge_list roots;
+  variable_list grads;
+  for (auto& j : group.junctions) {
+    for (size_t i = 0; i < j.grads->size(); ++i) {
+      if (!(*j.grads)[i].defined()) continue;
+      roots.emplace_back(j.node, static_cast<uint32_t>(i));
+      grads.push_back((*j.grads)[i]);
+    }
+    j.grads->clear();
+  }
+  if (roots.empty()) return;  // no gradient reached the junctions: nothing to add
+  torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/true, /*create_graph=*/false,
+                                                        /*accumulate_grad=*/true, group.param_edges);
+}
+
+void SegmentWeights::replay(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& output_grads) {
   std::vector<at::Tensor> roots, grads;
   for (size_t o = 0; o < outputs_.size() && o < output_grads.size(); ++o) {
     if (!outputs_[o].defined() || !outputs_[o].requires_grad() || !output_grads[o].defined()) continue;
     roots.push_back(outputs_[o]);
     grads.push_back(output_grads[o]);
   }
-  if (!roots.empty()) torch::autograd::backward(roots, grads, /*retain_graph=*/true, false, replayed);
+  if (!roots.empty()) torch::autograd::backward(roots, grads, /*retain_graph=*/true, false, params);
 }
 
 int64_t SegmentWeights::direct_groups() const {
@@ -279,21 +359,5 @@ void run_as_one_backward(const std::function<void()>& body) {
                                                         /*accumulate_grad=*/true);
 }
 
-void fire_output_hooks(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& grads) {
-  std::vector<std::pair<std::shared_ptr<Node>, variable_list>> arriving;  // per node, in output order
-  for (size_t o = 0; o < outputs.size() && o < grads.size(); ++o) {
-    const at::Tensor& t = outputs[o];
-    if (!t.defined() || !t.requires_grad() || !t.grad_fn() || !grads[o].defined()) continue;
-    auto it = std::find_if(arriving.begin(), arriving.end(), [&](const auto& a) { return a.first == t.grad_fn(); });
-    if (it == arriving.end()) {
-      arriving.emplace_back(t.grad_fn(), variable_list(t.grad_fn()->num_inputs()));
-      it = std::prev(arriving.end());
-    }
-    it->second[t.output_nr()] = grads[o];
-  }
-  for (auto& [node, values] : arriving) {
-    for (const auto& hook : node->pre_hooks()) values = (*hook)(values);
-  }
-}
 
 }  // namespace hyperparallel::pp

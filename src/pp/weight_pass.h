@@ -19,6 +19,10 @@
 // one of its junctions reaches another (a weight applied twice in sequence: the captured
 // gradient at the earlier use already holds the later one's share).
 //
+// Gradient hooks W would skip — on the segment's outputs and on nodes inside it above the
+// junctions (an FSDP unit's output inside a layer) — are called at the start of W with the
+// gradients I saw there, so FSDP unshards and re-enters backward as it would for a full one.
+//
 // The captured gradients are held from I to W (one more tensor per junction: a linear
 // layer's output gradient), the memory ZB trades for its bubble.
 #pragma once
@@ -47,25 +51,28 @@ class SegmentWeights {
   // After I: removes the capture hooks (a later backward through the graph captures nothing).
   void stop_capture();
   // W: accumulates every parameter's gradient into its .grad; `output_grads` are the
-  // gradients of the outputs given to the constructor (for the groups that replay).
+  // gradients of the outputs given to the constructor. Fires, first, the gradient hooks W
+  // would otherwise skip: the outputs' and those of hooked nodes inside
+  // the segment above the junctions, with the gradients I saw there. A hook may see W's
+  // gradient twice where a segment mixes direct and replayed groups (FSDP's are idempotent).
   void accumulate(const std::vector<at::Tensor>& output_grads);
 
   int64_t direct_groups() const;    // groups that start at their junctions
   int64_t replayed_groups() const;  // groups that replay from the outputs
 
  private:
+  struct Capture;
   struct Group;
+  void run_from_junctions(Group& group);
+  void replay(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& output_grads);
+
   std::vector<at::Tensor> outputs_;
   std::vector<Group> groups_;
+  std::vector<Capture> hooked_;  // hooked input-path nodes W does not run, for their hooks
 };
 
 // Runs `body` inside one autograd engine task, so that hooks which queue an end-of-backward
 // callback (FSDP's) see one backward however many engine calls the body makes.
 void run_as_one_backward(const std::function<void()>& body);
-
-// Calls the gradient hooks registered on `outputs` (Tensor::register_hook) as autograd does
-// when `grads` arrive there, without running their nodes (W starts below them). Call it inside
-// run_as_one_backward.
-void fire_output_hooks(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& grads);
 
 }  // namespace hyperparallel::pp

@@ -40,7 +40,12 @@ TEST(TrainerPipeline, PipelineMoeLayoutsMatchThePlainModel) {
                                     {{"moe_pp2", 2, {"per_device_train_batch_size=8", "accelerator.pp_size=2"}},
                                      {"moe_pp2_zero_bubble", 2,
                                       {"per_device_train_batch_size=8", "accelerator.pp_size=2", "accelerator.pp_schedule=zero_bubble"}},
-                                     {"moe_pp2_ep2", 4, {"per_device_train_batch_size=4", "accelerator.pp_size=2", "accelerator.ep_size=2"}}},
+                                     {"moe_pp2_ep2", 4, {"per_device_train_batch_size=4", "accelerator.pp_size=2", "accelerator.ep_size=2"}},
+                                     // The experts' FSDP unit (over 2 edp ranks) sits inside the layer:
+                                     // W must call its hook, or their gradients are never reduced.
+                                     {"moe_pp2_ep2_edp2_zero_bubble", 8,
+                                      {"per_device_train_batch_size=2", "accelerator.pp_size=2", "accelerator.ep_size=2",
+                                       "accelerator.pp_schedule=zero_bubble"}}},
                                     20);
 }
 

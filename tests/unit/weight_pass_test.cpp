@@ -1,7 +1,8 @@
 // Zero-bubble's weight pass (src/pp/weight_pass.h) on small graphs: the weight gradients equal
 // one full backward's, the input path is not run again (a counting node on it), the groups
 // that must replay do (a weight applied twice in sequence, a parameter that reaches an output
-// off the input path, a segment without an input), and one engine task around W runs an
+// off the input path, a segment without an input, an output off that path used inside), hooks
+// inside the segment are called again in W, and one engine task around W runs an
 // end-of-backward callback once.
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -139,8 +140,7 @@ TEST(WeightPass, OneBackwardAroundManyEngineCallsEndsOnceAndFiresOutputHooks) {
   int64_t callbacks = 0, callbacks_in_body = -1;
   run_as_one_backward([&] {
     torch::autograd::Engine::get_default_engine().queue_callback([&] { ++callbacks; });
-    fire_output_hooks({y}, {grad});
-    weights.accumulate({grad});  // two engine calls, one per parameter
+    weights.accumulate({grad});  // the output's hook, then two engine calls, one per parameter
     callbacks_in_body = callbacks;
   });
   EXPECT_EQ(callbacks_in_body, 0);
@@ -148,6 +148,46 @@ TEST(WeightPass, OneBackwardAroundManyEngineCallsEndsOnceAndFiresOutputHooks) {
   ASSERT_TRUE(seen.defined());
   EXPECT_TRUE(at::equal(seen, grad));
   EXPECT_TRUE(params[0].grad().defined() && params[1].grad().defined());
+}
+
+// A hook on a tensor inside the segment, above the junctions (as FSDP registers on a unit's
+// output inside a layer), is called again in W with the gradient it saw in I.
+TEST(WeightPass, AHookInsideTheSegmentIsCalledAgainInW) {
+  const at::Tensor x = leaf({3, 4}, 51), grad = leaf({3, 4}, 52).detach();
+  const std::vector<at::Tensor> params{leaf({4, 4}, 53), leaf({4, 4}, 54)};
+  const at::Tensor h = at::tanh(at::matmul(x, params[0]));
+  std::vector<at::Tensor> seen;
+  h.register_hook([&](const at::Tensor& g) { seen.push_back(g.clone()); });
+  const at::Tensor y = at::matmul(h, params[1]);
+  SegmentWeights weights({y}, x, params);
+  EXPECT_EQ(weights.direct_groups(), 2);
+  input_pass(weights, y, x, grad);
+  ASSERT_EQ(seen.size(), 1u);
+  run_as_one_backward([&] { weights.accumulate({grad}); });
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_TRUE(at::equal(seen[1], seen[0]));
+}
+
+// An output that does not depend on the input and is also used inside the segment: its own
+// gradient enters at its node, which no junction sees, so the parameter replays.
+TEST(WeightPass, AnOutputOffTheInputPathUsedInsideTheSegmentReplays) {
+  const at::Tensor x = leaf({4, 3}, 61), grad = leaf({4, 3}, 62).detach(), z_grad = leaf({3}, 63).detach();
+  const std::vector<at::Tensor> params{leaf({3, 3}, 64), leaf({3}, 65)};
+  auto outputs = [](const at::Tensor& in, const std::vector<at::Tensor>& p) {
+    const at::Tensor z = p[1] * 2;
+    return std::vector<at::Tensor>{at::matmul(in, p[0]) + z, z};
+  };
+  const std::vector<at::Tensor> ref = copies(params);
+  torch::autograd::backward(outputs(x.detach(), ref), {grad, z_grad});
+
+  const std::vector<at::Tensor> out = outputs(x, params);
+  SegmentWeights weights(out, x, params);
+  EXPECT_EQ(weights.replayed_groups(), 1);  // p[1], through z
+  EXPECT_EQ(weights.direct_groups(), 1);    // p[0]
+  torch::autograd::grad({out[0]}, {x}, {grad}, /*retain_graph=*/true);
+  weights.stop_capture();
+  weights.accumulate({grad, z_grad});
+  expect_same_grads(params, ref);
 }
 
 }  // namespace
