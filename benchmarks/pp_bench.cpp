@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
   options.seed = 1;
   auto model = hp::models::AutoModelForCausalLM::from_config(config, options);
   const double scale = 1.0 / static_cast<double>(microbatches * kRows * (kTokens - 1));
+  const hp::pp::ActionCosts action_costs = costs(config);
   std::unique_ptr<hp::pp::PipelineStage> stage;
   std::optional<hp::fsdp::FSDPModule> root;
   if (mode == "fsdp4") {
@@ -110,10 +111,11 @@ int main(int argc, char** argv) {
   } else {
     const std::string schedule = mode.substr(4) == "interleaved" ? "interleaved_1f1b" : mode.substr(4);
     const int64_t virtual_stages = schedule == "interleaved_1f1b" ? 2 : 1;
-    const auto split = layer_ranges().empty() ? hp::pp::balanced_split(config.num_hidden_layers, n * virtual_stages)
-                                              : hp::pp::explicit_split(layer_ranges(), config.num_hidden_layers, n * virtual_stages);
+    const std::vector<std::string> ranges = layer_ranges();
+    const auto split = ranges.empty() ? hp::pp::balanced_split(config.num_hidden_layers, n * virtual_stages)
+                                      : hp::pp::explicit_split(ranges, config.num_hidden_layers, n * virtual_stages);
     hp::pp::keep_stages(*model, split, world->rank(), n);
-    stage = std::make_unique<hp::pp::PipelineStage>(*model, split, hp::pp::make_schedule(schedule, n, microbatches, virtual_stages, costs(config)),
+    stage = std::make_unique<hp::pp::PipelineStage>(*model, split, hp::pp::make_schedule(schedule, n, microbatches, virtual_stages, action_costs),
                                                     world);
   }
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
@@ -144,7 +146,7 @@ int main(int argc, char** argv) {
   world->all_reduce(rss, hp::comm::ReduceOp::kMax).wait();
   world->all_reduce(bubble, hp::comm::ReduceOp::kSum).wait();
   if (world->rank() == 0 && stage) {
-    const hp::pp::ScheduleTiming sim = hp::pp::simulate(stage->schedule(), costs(config));
+    const hp::pp::ScheduleTiming sim = hp::pp::simulate(stage->schedule(), action_costs);
     std::printf("SIMULATED makespan=%.0f bubble=%.3f\n", sim.makespan, sim.bubble);
   }
   if (world->rank() == 0) {

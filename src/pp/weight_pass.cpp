@@ -28,32 +28,43 @@ struct Graph {
   bool contains(Node* n) const { return parents.count(n) > 0; }
 };
 
+// Depth first from `starts`, each node once: `expand(n, push)` is called for every node taken
+// and calls push(m) for the nodes to go on to. Returns every node pushed (the starts too).
+template <class Expand>
+std::unordered_set<Node*> depth_first(const std::vector<Node*>& starts, Expand expand) {
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack;
+  const auto push = [&](Node* n) {
+    if (seen.insert(n).second) stack.push_back(n);
+  };
+  for (Node* n : starts) push(n);
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    expand(n, push);
+  }
+  return seen;
+}
+
 Graph read_graph(const std::vector<at::Tensor>& outputs) {
   Graph g;
-  std::vector<Node*> stack;
+  std::vector<Node*> starts;
   for (const auto& o : outputs) {
     if (!o.defined() || !o.requires_grad() || !o.grad_fn()) continue;
     Node* n = o.grad_fn().get();
     g.roots.insert(n);
-    if (g.parents.emplace(n, std::vector<Node*>{}).second) {
-      g.owners[n] = o.grad_fn();
-      stack.push_back(n);
-    }
+    g.owners[n] = o.grad_fn();
+    g.parents[n];
+    starts.push_back(n);
   }
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
+  depth_first(starts, [&](Node* n, const auto& push) {
     for (const Edge& e : n->next_edges()) {
       if (!e.function) continue;
-      Node* child = e.function.get();
-      const bool first = !g.contains(child);
-      g.parents[child].push_back(n);
-      if (first) {
-        g.owners[child] = e.function;
-        stack.push_back(child);
-      }
+      g.parents[e.function.get()].push_back(n);
+      g.owners.emplace(e.function.get(), e.function);
+      push(e.function.get());
     }
-  }
+  });
   return g;
 }
 
@@ -65,42 +76,26 @@ Node* gradient_node(const at::Tensor& t) {
 
 // The nodes from which `input`'s gradient node is reachable: the input gradient's path.
 std::unordered_set<Node*> input_path(const Graph& g, const at::Tensor& input) {
-  std::unordered_set<Node*> path;
-  if (!input.defined()) return path;
-  Node* start = gradient_node(input);
-  if (!start || !g.contains(start)) return path;
-  std::vector<Node*> stack{start};
-  path.insert(start);
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (Node* p : g.parents.at(n)) {
-      if (path.insert(p).second) stack.push_back(p);
-    }
-  }
-  return path;
+  Node* start = input.defined() ? gradient_node(input) : nullptr;
+  if (!start || !g.contains(start)) return {};
+  return depth_first({start}, [&](Node* n, const auto& push) {
+    for (Node* p : g.parents.at(n)) push(p);
+  });
 }
 
 // A parameter's junctions: walking up from its gradient node, the first nodes on the input
 // path. `reaches_output` is set when the walk meets an output off that path (its gradient
 // enters there, where no junction sees it).
 std::vector<Node*> junctions_of(const Graph& g, const std::unordered_set<Node*>& path, Node* param, bool& reaches_output) {
-  std::vector<Node*> found, stack{param};
-  std::unordered_set<Node*> seen{param};
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    const auto& parents = g.parents.at(n);
-    if (g.roots.count(n)) reaches_output = true;
-    for (Node* p : parents) {
-      if (!seen.insert(p).second) continue;
-      if (path.count(p)) {
-        found.push_back(p);
-      } else {
-        stack.push_back(p);
-      }
+  std::vector<Node*> found;
+  depth_first({param}, [&](Node* n, const auto& push) {
+    if (path.count(n)) {  // a junction: the walk stops here
+      found.push_back(n);
+      return;
     }
-  }
+    if (g.roots.count(n)) reaches_output = true;
+    for (Node* p : g.parents.at(n)) push(p);
+  });
   return found;
 }
 
@@ -108,18 +103,16 @@ std::vector<Node*> junctions_of(const Graph& g, const std::unordered_set<Node*>&
 bool junctions_chain(const std::vector<Node*>& junctions, const std::unordered_set<Node*>& path) {
   const std::unordered_set<Node*> targets(junctions.begin(), junctions.end());
   for (Node* start : junctions) {
-    std::vector<Node*> stack{start};
-    std::unordered_set<Node*> seen{start};
-    while (!stack.empty()) {
-      Node* n = stack.back();
-      stack.pop_back();
+    bool chained = false;
+    depth_first({start}, [&](Node* n, const auto& push) {
       for (const Edge& e : n->next_edges()) {
         Node* c = e.function.get();
-        if (!c || !path.count(c) || !seen.insert(c).second) continue;
-        if (targets.count(c)) return true;
-        stack.push_back(c);
+        if (!c || !path.count(c)) continue;
+        chained = chained || targets.count(c) > 0;
+        push(c);
       }
-    }
+    });
+    if (chained) return true;
   }
   return false;
 }
@@ -287,7 +280,6 @@ SegmentWeights::SegmentWeights(const std::vector<at::Tensor>& outputs, const at:
 
 SegmentWeights::~SegmentWeights() { stop_capture(); }
 SegmentWeights::SegmentWeights(SegmentWeights&&) noexcept = default;
-SegmentWeights& SegmentWeights::operator=(SegmentWeights&&) noexcept = default;
 
 void SegmentWeights::stop_capture() {
   for (Group& group : groups_) {

@@ -46,7 +46,7 @@ class SegmentWeights {
   SegmentWeights(const std::vector<at::Tensor>& outputs, const at::Tensor& input, const std::vector<at::Tensor>& params);
   ~SegmentWeights();
   SegmentWeights(SegmentWeights&&) noexcept;
-  SegmentWeights& operator=(SegmentWeights&&) noexcept;
+  SegmentWeights& operator=(SegmentWeights&&) = delete;  // would leave the target's hooks attached
 
   // After I: removes the capture hooks (a later backward through the graph captures nothing).
   void stop_capture();

@@ -17,8 +17,9 @@
 // I walks the segments from the last to the first, each one's input gradient from its output
 // gradient (retaining the graph), and sends the first one's; while it runs, each parameter's
 // junction (pp/weight_pass.h: a linear layer's MmBackward) keeps the gradient that reached it.
-// W then runs only the junctions' parameter side from those gradients (dW = dYᵀX), each
-// segment's output hooks fired first, all inside one autograd task, so FSDP sees one backward.
+// W then runs only the junctions' parameter side from those gradients (dW = dYᵀX), the
+// gradient hooks it skips (segment outputs, nodes inside above the junctions) called first,
+// all inside one autograd task, so FSDP sees one backward.
 //
 // Data parallelism inside a stage (FSDP on a (pp, dp) mesh) stays the caller's: before each
 // backward that produces weight gradients (B or W) `before_weight_backward(stage, last)` is

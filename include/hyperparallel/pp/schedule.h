@@ -61,7 +61,7 @@ struct ActionCosts {
 // UserError for an unknown name, degrees < 1, or interleaving whose micro-batches are not a
 // multiple of the ranks (or virtual_stages != 1 for the others). `costs` shape zero_bubble's
 // list (the others are fixed orders): unit costs give the paper's ZB-H1 list; a model's
-// estimate (estimate_costs) fits W's real share.
+// estimate (pp::layer_costs, stage_split.h) fits W's real share.
 PipelineSchedule make_schedule(const std::string& name, int64_t ranks, int64_t microbatches, int64_t virtual_stages = 1,
                                const ActionCosts& costs = {});
 
