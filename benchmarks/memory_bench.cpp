@@ -3,7 +3,8 @@
 //   plain        every activation kept
 //   ac_full      every decoder layer checkpointed
 //   ac_every2    layers 0, 2, 4, ... checkpointed
-//   selective    every layer's attention core (scores, softmax) recomputed
+//   selective    every layer recomputed with its Linear outputs kept (the op policy)
+//   selective_core  every layer's attention core (scores, softmax) recomputed
 //   chunked      the loss on 512-token chunks (no whole [tokens x vocab] logits)
 //   ac_chunked   ac_full and chunked
 //   fused        plain with FusedAdamW (the baseline of offload)
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   if (mode == "ac_full" || mode == "ac_chunked") hp::models::apply_activation_checkpointing(*model, {"full", 1});
   if (mode == "ac_every2") hp::models::apply_activation_checkpointing(*model, {"full", 2});
   if (mode == "selective") hp::models::apply_activation_checkpointing(*model, {"selective", 1});
+  if (mode == "selective_core") hp::models::apply_activation_checkpointing(*model, {"selective", 1, false, "attention_core"});
   if (mode == "chunked" || mode == "ac_chunked") model->set_loss_chunk_tokens(512);
   std::unique_ptr<torch::optim::AdamW> optimizer;
   if (mode == "fused" || mode == "offload") {

@@ -10,7 +10,7 @@ steps=${STEPS:-3}
 rounds=${ROUNDS:-3}
 bench_header
 for round in $(seq "$rounds"); do
-  for mode in ${MODES:-plain ac_full ac_every2 selective chunked ac_chunked fused offload}; do
+  for mode in ${MODES:-plain ac_full ac_every2 selective selective_core chunked ac_chunked fused offload}; do
     "$build/memory_bench" "$mode" "$steps" | grep RESULT
     "$build/memory_bench" "$mode" "$steps" cached | grep RESULT
   done

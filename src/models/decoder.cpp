@@ -8,6 +8,7 @@
 #include "attention.h"
 #include "hyperparallel/fsdp/module_hooks.h"
 #include "hyperparallel/platform/user_error.h"
+#include "linear_outputs.h"
 #include "moe.h"
 #include "recompute.h"
 #include "rotary.h"
@@ -36,8 +37,18 @@ at::Tensor DecoderLayer::forward(const at::Tensor& hidden, const AttentionInputs
   return fsdp::hooked_forward(*this, hidden, [&](const at::Tensor& x) {
     if (!recompute || inputs.cache) return body(x, inputs, router_logits);
     const AttentionInputs shared = inputs;  // by value: the segment runs again in backward
+    if (!keep_linear_outputs) {
+      return run_with_recompute(
+          x, [this, shared](const at::Tensor& in, std::vector<at::Tensor>* logits) { return body(in, shared, logits); },
+          router_logits, {}, swap);
+    }
+    auto kept = std::make_shared<KeptLinearOutputs>();  // filled by the forward, emptied by the recompute
     return run_with_recompute(
-        x, [this, shared](const at::Tensor& in, std::vector<at::Tensor>* logits) { return body(in, shared, logits); },
+        x,
+        [this, shared, kept](const at::Tensor& in, std::vector<at::Tensor>* logits) {
+          const LinearOutputScope scope(*kept, recomputing() ? LinearOutputScope::Mode::kReplay : LinearOutputScope::Mode::kRecord);
+          return body(in, shared, logits);
+        },
         router_logits, {}, swap);
   });
 }

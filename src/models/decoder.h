@@ -34,6 +34,9 @@ class DecoderLayer : public torch::nn::Module, public ModuleSlots {
   std::shared_ptr<AttentionModule> self_attn;
   std::shared_ptr<FeedForwardModule> mlp;
   bool recompute = false;  // activation checkpointing (models/activation_checkpoint.h)
+  // With recompute: the Linears' outputs are kept and handed back to the recompute, which then
+  // reruns only the rest (selective, op policy: linear_outputs.h).
+  bool keep_linear_outputs = false;
   std::shared_ptr<ActivationSwapPool> swap;  // with recompute: where the saved input waits (null: kept)
 
  private:

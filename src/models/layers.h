@@ -18,6 +18,7 @@
 
 #include "hyperparallel/models/module_interfaces.h"
 #include "hyperparallel/nn/forward_hooks.h"
+#include "linear_outputs.h"
 
 namespace hyperparallel::models {
 
@@ -40,7 +41,8 @@ class Linear : public torch::nn::Module {
  public:
   Linear(int64_t in, int64_t out, bool bias, ParamFactory& factory);
   at::Tensor forward(const at::Tensor& x) {
-    return nn::run_with_hooks(*this, x, [this](const at::Tensor& in) { return at::linear(in, weight, bias); });
+    // Through the selective checkpointing scope when one is open (linear_outputs.h).
+    return nn::run_with_hooks(*this, x, [this](const at::Tensor& in) { return linear_with_kept_outputs(in, weight, bias); });
   }
   at::Tensor weight, bias;  // bias undefined when absent
 };

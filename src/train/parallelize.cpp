@@ -231,7 +231,8 @@ ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout,
     throw UserError("activation_checkpoint.swap_inputs moves the inputs full checkpointing keeps, and the mode is " + mode +
                     "; set activation_checkpoint.mode: full (or gradient_checkpointing: true) or remove swap_inputs");
   }
-  models::apply_activation_checkpointing(model, {mode, c.activation_checkpoint.every, c.activation_checkpoint.swap_inputs});
+  models::apply_activation_checkpointing(
+      model, {mode, c.activation_checkpoint.every, c.activation_checkpoint.swap_inputs, c.activation_checkpoint.selective_policy});
   model.set_loss_chunk_tokens(c.chunked_loss.enabled ? c.chunked_loss.chunk_size : 0);
   const fsdp::FullyShardOptions shard = shard_options(c, layout.dp_mesh, model);
   ParallelModel out;

@@ -344,7 +344,8 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     }
     if (const std::string ac = activation_checkpoint_mode(c); ac != "off") {
       const int64_t every = c.activation_checkpoint.every;
-      log << "activation checkpointing: " << ac << (every > 1 ? ", every " + std::to_string(every) + " layers" : "")
+      log << "activation checkpointing: " << ac << (ac == "selective" ? " (" + c.activation_checkpoint.selective_policy + ")" : "")
+          << (every > 1 ? ", every " + std::to_string(every) + " layers" : "")
           << (c.activation_checkpoint.swap_inputs ? ", kept inputs swapped to a host pool" : "") << "\n";
     }
     if (c.chunked_loss.enabled) log << "chunked loss: " << c.chunked_loss.chunk_size << " tokens per chunk\n";

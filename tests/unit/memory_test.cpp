@@ -1,6 +1,6 @@
 // Memory features against the plain model. Activation checkpointing: one process (losses,
 // logits, every gradient, the MoE aux loss through the recomputed router, the recompute
-// counted), every k-th layer, and on real processes under FSDP and expert parallelism (a
+// counted; the op policy's projections not rerun), every k-th layer, and on real processes under FSDP and expert parallelism (a
 // nested FSDP unit recomputed during backward), where SGD training must match the plain
 // model. Chunked loss: the loss and every gradient at several chunk sizes, with padding,
 // tied heads and checkpointing. Activation swap: the same numbers, every kept input out to the
@@ -48,24 +48,46 @@ models::CausalLMInput batch(const models::ModelConfig& c, uint64_t seed, int64_t
   return in;
 }
 
+// Records where each output of the module it is attached to lives.
+struct OutputAddressHook : nn::ForwardHook {
+  std::vector<const void*> outputs;
+  at::Tensor around(const at::Tensor& input, const nn::Forward& next) override {
+    at::Tensor out = next(input);
+    outputs.push_back(out.data_ptr());
+    return out;
+  }
+};
+
 TEST(Memory, ActivationCheckpointingEqualsThePlainModelInOneProcess) {
+  const std::vector<std::pair<std::string, std::string>> policies{{"full", "op"}, {"selective", "op"}, {"selective", "attention_core"}};
   for (const std::string flavour : {"qwen3-debug", "llama-debug", "qwen3-moe-debug"}) {
-    for (const std::string mode : {"full", "selective"}) {
+    for (const auto& [mode, policy] : policies) {
       for (int64_t every : {1, 2}) {
-        SCOPED_TRACE(flavour + " " + mode + " every " + std::to_string(every));
+        SCOPED_TRACE(flavour + " " + mode + " (" + policy + ") every " + std::to_string(every));
+        const bool core_only = mode == "selective" && policy == "attention_core";
         auto plain = make(flavour), checkpointed = make(flavour);
-        const auto layers = models::apply_activation_checkpointing(*checkpointed, {mode, every});
+        const auto layers = models::apply_activation_checkpointing(*checkpointed, {mode, every, false, policy});
         EXPECT_EQ(static_cast<int64_t>(layers.size()), (plain->config().num_hidden_layers + every - 1) / every);
         const models::CausalLMInput in = batch(plain->config(), 5);
-        // full: a checkpointed layer's attention runs twice per step (forward, recompute), the
-        // others once; selective: once, its core recomputed inside.
+        // A checkpointed layer's attention runs twice per step (forward, recompute), the
+        // others once; attention_core: once, its core recomputed inside.
         std::vector<std::shared_ptr<CountingHook>> counters;
+        // op: the recompute gets each projection's output back from the forward (the same
+        // memory: no GEMM ran again), including the experts' and the router's.
+        std::vector<std::shared_ptr<OutputAddressHook>> projections;
         auto& decoder = checkpointed->backbone().decoder_layers;
         for (size_t i = 0; i < decoder.size(); ++i) {
           counters.push_back(std::make_shared<CountingHook>());
           nn::add_forward_hook(*decoder[i]->self_attn, counters.back());
           const bool on = static_cast<int64_t>(i) % every == 0;
-          EXPECT_EQ(dynamic_cast<models::Attention&>(*decoder[i]->self_attn).recompute_core, on && mode == "selective");
+          EXPECT_EQ(dynamic_cast<models::Attention&>(*decoder[i]->self_attn).recompute_core, on && core_only);
+          EXPECT_EQ(decoder[i]->keep_linear_outputs, on && mode == "selective" && !core_only);
+          if (!on || mode != "selective" || core_only) continue;
+          for (const auto& item : decoder[i]->named_modules()) {
+            if (item.value()->name() != "Linear") continue;
+            projections.push_back(std::make_shared<OutputAddressHook>());
+            nn::add_forward_hook(*item.value(), projections.back());
+          }
         }
         auto a = plain->forward(in), b = checkpointed->forward(in);
         EXPECT_TRUE(at::equal(a.logits, b.logits));
@@ -76,7 +98,12 @@ TEST(Memory, ActivationCheckpointingEqualsThePlainModelInOneProcess) {
         a.loss.backward();
         b.loss.backward();
         for (size_t i = 0; i < counters.size(); ++i) {
-          EXPECT_EQ(counters[i]->calls, mode == "full" && i % every == 0 ? 2 : 1) << "layer " << i;
+          EXPECT_EQ(counters[i]->calls, !core_only && i % every == 0 ? 2 : 1) << "layer " << i;
+        }
+        for (const auto& p : projections) {
+          ASSERT_EQ(p->outputs.size() % 2, 0u);  // run in the forward and in the recompute
+          const size_t n = p->outputs.size() / 2;
+          for (size_t k = 0; k < n; ++k) EXPECT_EQ(p->outputs[k], p->outputs[n + k]);
         }
         auto grads = checkpointed->named_parameters();
         for (const auto& item : plain->named_parameters()) {
@@ -91,8 +118,22 @@ TEST(Memory, ActivationCheckpointingEqualsThePlainModelInOneProcess) {
   models::ModelLoadOptions fused;
   fused.plan_overrides = {{"*.self_attn", "Qwen3Attention", "fused_qkv_attention"}};
   auto with_override = models::AutoModelForCausalLM::from_pretrained("qwen3-debug", fused);
-  EXPECT_THROW(models::apply_activation_checkpointing(*with_override, {"selective", 1}), UserError);
+  EXPECT_THROW(models::apply_activation_checkpointing(*with_override, {"selective", 1, false, "attention_core"}), UserError);
+  EXPECT_THROW(models::apply_activation_checkpointing(*with_override, {"selective", 1, false, "matmuls"}), UserError);
   EXPECT_EQ(models::apply_activation_checkpointing(*with_override, {"full", 1}).size(), 4u);
+  EXPECT_EQ(models::apply_activation_checkpointing(*with_override, {"selective", 1}).size(), 4u);
+  {  // op keeps the fused projection's output as well: the override's own numbers
+    auto reference = models::AutoModelForCausalLM::from_pretrained("qwen3-debug", fused);
+    const models::CausalLMInput in = batch(reference->config(), 4);
+    auto a = reference->forward(in), b = with_override->forward(in);
+    EXPECT_EQ(a.loss.item<double>(), b.loss.item<double>());
+    a.loss.backward();
+    b.loss.backward();
+    auto grads = with_override->named_parameters();
+    for (const auto& item : reference->named_parameters()) {
+      EXPECT_LE((item.value().grad() - grads[item.key()].grad()).abs().max().item<double>(), 1e-6) << item.key();
+    }
+  }
   // Without gradients (evaluation, decoding) nothing is recomputed and the output is the same.
   auto plain = make("qwen3-debug"), checkpointed = make("qwen3-debug");
   models::apply_activation_checkpointing(*checkpointed, {});
@@ -134,13 +175,13 @@ TEST(Memory, ChunkedLossEqualsThePlainLoss) {
 
 // SGD steps on 2 ranks (each its own rows) against the plain model on both ranks' rows.
 std::vector<double> train(const testing::RankContext* ctx, const std::string& flavour, bool experts_parallel,
-                          int64_t loss_chunk = 0) {
+                          int64_t loss_chunk = 0, const std::string& checkpointing = "full") {
   auto model = make(flavour);
   if (ctx) {
     if (loss_chunk > 0) {
       model->set_loss_chunk_tokens(loss_chunk);
     } else {
-      models::apply_activation_checkpointing(*model, {"full", 1});
+      models::apply_activation_checkpointing(*model, {checkpointing, 1});
     }
     const auto mesh = mesh::init_device_mesh(ctx->world, "cpu", {ctx->world_size}, {"dp_shard"});
     fsdp::FullyShardOptions shard;
@@ -179,9 +220,12 @@ TEST(Memory, ActivationCheckpointingTrainsLikeThePlainModelUnderFsdpAndExpertPar
   testing::run_on_ranks(2, [](testing::RankContext& ctx) {
     for (const auto& [flavour, ep] : std::vector<std::pair<std::string, bool>>{{"qwen3-debug", false}, {"qwen3-moe-debug", false},
                                                                              {"qwen3-moe-debug", true}}) {
-      SCOPED_TRACE(flavour + (ep ? " EP2" : " FSDP2"));
-      const auto ref = train(nullptr, flavour, false), got = train(&ctx, flavour, ep);
-      for (size_t s = 0; s < ref.size(); ++s) EXPECT_NEAR(got[s], ref[s], 1e-5 * ref[s]) << "step " << s;
+      const auto ref = train(nullptr, flavour, false);
+      for (const std::string mode : {"full", "selective"}) {  // selective: the op policy
+        SCOPED_TRACE(flavour + (ep ? " EP2 " : " FSDP2 ") + mode);
+        const auto got = train(&ctx, flavour, ep, 0, mode);
+        for (size_t s = 0; s < ref.size(); ++s) EXPECT_NEAR(got[s], ref[s], 1e-5 * ref[s]) << "step " << s;
+      }
     }
   });
 }

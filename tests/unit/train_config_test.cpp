@@ -175,6 +175,10 @@ TEST(TrainConfig, BadConfigsFailWithExitCode2NamingTheKey) {
        "chunked_loss with sequence_parallel and loss_parallel is not supported yet"},
       {"chunked_loss:\n  chunk_size: 0\n", "chunked_loss.chunk_size: '0' is not allowed; expected an integer >= 1"},
       {"activation_checkpoint:\n  mode: partial\n", "activation_checkpoint.mode: 'partial' is not allowed; expected off | full | selective"},
+      {"activation_checkpoint:\n  selective_policy: matmul\n", "activation_checkpoint.selective_policy: 'matmul' is not allowed; expected op | attention_core"},
+      {"plan_overrides:\n  - {match: '*.self_attn', module_type: Qwen3Attention, replace_module: fused_qkv_attention}\n"
+       "activation_checkpoint:\n  mode: selective\n  selective_policy: attention_core\n",
+       "policy attention_core recomputes the eager attention core; layer 0's attention is"},
       {"moe_capacity_factor: -1\n", "moe_capacity_factor: '-1' is not allowed; expected a number >= 0 (0: dropless)"},
       {"moe_capacity_factor: 1.0\n", "moe_capacity_factor applies to mixture-of-experts models, and qwen3 has no experts; remove it"},
       {"accelerator:\n  ep_size: 2\n", "accelerator.ep_size / fsdp_config.edp_shard_size: ep(2) does not divide dp_shard(1) x cp(1) x tp(1) = 1"},

@@ -135,8 +135,9 @@ TEST(TrainerExperts, ExpertCapacityDropsTheSamePairsOnEveryLayout) {
 }
 
 // Activation checkpointing through the trainer changes no number: full on one process, every
-// second layer and selective under FSDP2, LlamaFactory's gradient_checkpointing under FSDP2 x TP2 + SP, and
-// a Qwen3-MoE under EP2 (the experts' FSDP unit recomputed inside its layer), each against
+// second layer and selective (both policies) under FSDP2, LlamaFactory's gradient_checkpointing under
+// FSDP2 x TP2 + SP, selective (op) under TP2 + SP, and a Qwen3-MoE under EP2, full and selective
+// (the experts' FSDP unit recomputed inside its layer), each against
 // the plain model; disable_gradient_checkpointing contradicting a mode is a UserError.
 TEST(TrainerMemory, ActivationCheckpointingTrainsAsThePlainModel) {
   const std::vector<std::string> moe = {"model_name_or_path=qwen3-moe-debug", "learning_rate=3.0e-3"};
@@ -144,8 +145,13 @@ TEST(TrainerMemory, ActivationCheckpointingTrainsAsThePlainModel) {
       {"ac_one_process", 1, {"per_device_train_batch_size=8", "activation_checkpoint.mode=full"}, false},
       {"ac_fsdp2_every2", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=full", "activation_checkpoint.every=2"}, false},
       {"ac_fsdp2_selective", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=selective"}, false},
+      {"ac_fsdp2_selective_core", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=selective",
+                                      "activation_checkpoint.selective_policy=attention_core"}, false},
+      {"ac_tp2_sp_selective", 2, {"per_device_train_batch_size=8", "activation_checkpoint.mode=selective", "accelerator.tp_size=2",
+                                  "accelerator.sequence_parallel=true"}, false},
       {"ac_fsdp2_tp2_sp", 4, {"per_device_train_batch_size=4", "gradient_checkpointing=true", "accelerator.tp_size=2", "accelerator.sequence_parallel=true"}, false},
       {"ac_moe_ep2", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=full", "accelerator.ep_size=2"}, true},
+      {"ac_moe_ep2_selective", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=selective", "accelerator.ep_size=2"}, true},
       {"ac_fsdp2_swap", 2, {"per_device_train_batch_size=4", "activation_checkpoint.mode=full", "activation_checkpoint.swap_inputs=true"}, false},
       {"ac_moe_ep2_swap", 2, {"per_device_train_batch_size=4", "gradient_checkpointing=true", "activation_checkpoint.swap_inputs=true",
                               "accelerator.ep_size=2"}, true}};

@@ -12,11 +12,17 @@
 // nested in the layer (experts) treat a forward during backward as recompute — no prefetch,
 // no reshard before their backward. Decoding with a KV cache and forwards without gradients
 // are never checkpointed.
-// selective (Megatron's): only the attention core — scores, mask, softmax, weighted values —
-// is recomputed, from q, k and v kept packed; the [heads x T x T] scores and probabilities,
-// the term that grows with the square of the sequence, are never kept, while projections,
-// norms and MLPs keep their activations (no second pass over the GEMMs). Needs the eager
-// attention (a fused_qkv_attention override is a UserError).
+// selective: the layer is recomputed too, but less of it, under one of two policies:
+//   op (the default; torchtitan's op-level policy): the layer also keeps the output of every
+//     Linear in it (the projections, the MLP's and the experts' GEMMs, the router) and the
+//     recompute reruns only the rest — norms, rotary, the attention core, activations, routing
+//     — with no GEMM of a projection run twice (src/models/linear_outputs.h). Any attention
+//     (plan overrides too).
+//   attention_core (Megatron's selective recompute): only the attention core — scores, mask,
+//     softmax, weighted values — is recomputed, from q, k and v kept packed; the
+//     [heads x T x T] scores and probabilities, the term that grows with the square of the
+//     sequence, are never kept, while projections, norms and MLPs keep their activations.
+//     Needs the eager attention (a fused_qkv_attention override is a UserError).
 #pragma once
 
 #include <cstdint>
@@ -34,10 +40,11 @@ struct ActivationCheckpointOptions {
   // and comes back one layer ahead in backward (src/models/activation_swap.h). On this CPU
   // build host and device are one memory: the path is exercised and its traffic counted.
   bool swap_inputs = false;
+  std::string selective_policy = "op";  // with mode selective: op | attention_core
 };
 
 // Returns the indices of the checkpointed layers (none with mode off). UserError for an
-// unknown mode, every < 1, or swap_inputs without mode full.
+// unknown mode or selective policy, every < 1, or swap_inputs without mode full.
 std::vector<int64_t> apply_activation_checkpointing(CausalLM& model, const ActivationCheckpointOptions& options);
 
 // What activation swap moved so far (zeros without swap_inputs).

@@ -68,6 +68,7 @@ struct ActivationCheckpointConfig {
   std::string mode = "off";  // off | full | selective
   int64_t every = 1;         // decoder layers 0, every, 2·every, ... are checkpointed
   bool swap_inputs = false;  // full: the kept inputs wait in a host pool (models/activation_checkpoint.h)
+  std::string selective_policy = "op";  // selective: op (Linear outputs kept) | attention_core
 };
 
 // Chunked loss (CausalLM::set_loss_chunk_tokens).

@@ -1,0 +1,50 @@
+// Selective activation checkpointing's op-level policy (torchtitan's "op" policy): a
+// checkpointed layer keeps its input and the output of every Linear in it, and recomputes the
+// cheap rest — norms, rotary, the attention core (scores, softmax), activations, the router's
+// softmax — in backward, without running a projection's GEMM a second time.
+//
+// LibTorch 1.13's C++ API has no saved-tensor hooks or dispatch modes, so the policy lives in
+// Linear itself: while a LinearOutputScope is open on this thread, Linear's body goes through
+// linear_with_kept_outputs. In the layer's forward (run under no_grad by the recompute
+// function, recompute.h) each output is appended to the scope's KeptLinearOutputs; in the
+// recompute the Linears run again in the same order and each gets its kept output back through
+// a custom autograd function whose backward is the linear's own (dX = dY W, dW = dYᵀ X,
+// db = Σ dY, the products autograd's mm backward computes), so the recompute builds the graph
+// that backward needs while no forward GEMM runs again. A kept output is handed back once and
+// then dropped; a second recompute (or one that finds none left) computes the linear plainly.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <vector>
+
+namespace hyperparallel::models {
+
+// One checkpointed forward's Linear outputs, in call order.
+struct KeptLinearOutputs {
+  std::vector<at::Tensor> outputs;
+  size_t next = 0;  // the next one a recompute takes
+};
+
+// While alive, Linear layers on this thread record into `kept` (kRecord: the forward) or take
+// from it (kReplay: the recompute). Scopes nest; the innermost applies.
+class LinearOutputScope {
+ public:
+  enum class Mode { kRecord, kReplay };
+  LinearOutputScope(KeptLinearOutputs& kept, Mode mode);
+  ~LinearOutputScope();
+  LinearOutputScope(const LinearOutputScope&) = delete;
+  LinearOutputScope& operator=(const LinearOutputScope&) = delete;
+
+  KeptLinearOutputs& kept;
+  const Mode mode;
+
+ private:
+  LinearOutputScope* outer_;
+};
+
+// at::linear(x, weight, bias), recorded or replayed by the open scope (plain without one).
+at::Tensor linear_with_kept_outputs(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+}  // namespace hyperparallel::models
