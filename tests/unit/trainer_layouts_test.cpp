@@ -158,14 +158,14 @@ TEST(TrainerMemory, ActivationCheckpointingTrainsAsThePlainModel) {
   for (const auto& [name, ranks, layout, is_moe] : layouts) {
     std::vector<std::string> extra = layout;
     if (is_moe) extra.insert(extra.end(), moe.begin(), moe.end());
-    extra.push_back("max_steps=10");
-    train_on(ranks, temp_dir(name), extra, 10);
+    extra.push_back("max_steps=20");
+    train_on(ranks, temp_dir(name), extra, 20);
   }
   std::map<bool, hp::testing::PlainRun> refs;
   for (bool is_moe : {false, true}) {
     std::vector<std::string> overrides = base_overrides(temp_dir("ac_plain"));
     if (is_moe) overrides.insert(overrides.end(), moe.begin(), moe.end());
-    overrides.push_back("max_steps=10");
+    overrides.push_back("max_steps=20");
     overrides.push_back("per_device_train_batch_size=8");
     refs[is_moe] = hp::testing::plain_reference_run(hp::train::load_train_config("", overrides));
   }
@@ -173,7 +173,7 @@ TEST(TrainerMemory, ActivationCheckpointingTrainsAsThePlainModel) {
     SCOPED_TRACE(name);
     const auto losses = logged_losses(temp_dir(name));
     const auto& ref = refs.at(is_moe);
-    ASSERT_EQ(losses.size(), 10u);
+    ASSERT_EQ(losses.size(), 20u);
     for (size_t s = 0; s < losses.size(); ++s) EXPECT_NEAR(losses[s], ref.losses[s], 1e-5 * ref.losses[s]) << "step " << s + 1;
     if (name.find("swap") != std::string::npos) {  // every kept input went out and came back
       const auto swapped = nlohmann::json::parse(std::ifstream(temp_dir(name) + "/train_summary.json")).at("activation_swap_rank0");
@@ -205,16 +205,16 @@ TEST(TrainerMemory, ChunkedLossTrainsAsThePlainModel) {
                                 "activation_checkpoint.mode=full"}}};
   for (const auto& [name, ranks, layout] : layouts) {
     std::vector<std::string> extra = layout;
-    extra.insert(extra.end(), {"chunked_loss.enabled=true", "max_steps=10"});
-    train_on(ranks, temp_dir(name), extra, 10);
+    extra.insert(extra.end(), {"chunked_loss.enabled=true", "max_steps=20"});
+    train_on(ranks, temp_dir(name), extra, 20);
   }
   std::vector<std::string> overrides = base_overrides(temp_dir("chunked_plain"));
-  overrides.insert(overrides.end(), {"max_steps=10", "per_device_train_batch_size=8"});
+  overrides.insert(overrides.end(), {"max_steps=20", "per_device_train_batch_size=8"});
   const hp::testing::PlainRun ref = hp::testing::plain_reference_run(hp::train::load_train_config("", overrides));
   for (const auto& [name, ranks, layout] : layouts) {
     SCOPED_TRACE(name);
     const auto losses = logged_losses(temp_dir(name));
-    ASSERT_EQ(losses.size(), 10u);
+    ASSERT_EQ(losses.size(), 20u);
     for (size_t s = 0; s < losses.size(); ++s) EXPECT_NEAR(losses[s], ref.losses[s], 1e-5 * ref.losses[s]) << "step " << s + 1;
     if (name.find("swap") != std::string::npos) {  // every kept input went out and came back
       const auto swapped = nlohmann::json::parse(std::ifstream(temp_dir(name) + "/train_summary.json")).at("activation_swap_rank0");
