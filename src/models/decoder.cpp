@@ -37,7 +37,8 @@ at::Tensor DecoderLayer::forward(const at::Tensor& hidden, const AttentionInputs
   return fsdp::hooked_forward(*this, hidden, [&](const at::Tensor& x) {
     if (!recompute || inputs.cache) return body(x, inputs, router_logits);
     const AttentionInputs shared = inputs;  // by value: the segment runs again in backward
-    if (!keep_linear_outputs) {
+    // Keeping outputs pays only when the recompute will run: not in a forward without a graph.
+    if (!keep_linear_outputs || !at::GradMode::is_enabled() || !x.requires_grad()) {
       return run_with_recompute(
           x, [this, shared](const at::Tensor& in, std::vector<at::Tensor>* logits) { return body(in, shared, logits); },
           router_logits, {}, swap);

@@ -33,7 +33,7 @@ at::Tensor FusedQKVAttention::forward(const at::Tensor& hidden, const AttentionI
   const int64_t q_width = num_heads_ * head_dim_, kv_width = num_kv_heads_ * head_dim_;
   const at::Tensor weight = at::cat({q_proj_->weight, k_proj_->weight, v_proj_->weight}, 0);
   const at::Tensor bias = q_proj_->bias.defined() ? at::cat({q_proj_->bias, k_proj_->bias, v_proj_->bias}, 0) : at::Tensor();
-  const at::Tensor qkv = linear_with_kept_outputs(hidden, weight, bias);  // [B, T, (H + 2 KV) D]
+  const at::Tensor qkv = linear_with_kept_outputs(this, hidden, weight, bias);  // [B, T, (H + 2 KV) D]
   at::Tensor q = qkv.narrow(-1, 0, q_width).view({batch, seq, num_heads_, head_dim_});
   at::Tensor k = qkv.narrow(-1, q_width, kv_width).view({batch, seq, num_kv_heads_, head_dim_});
   const at::Tensor v = qkv.narrow(-1, q_width + kv_width, kv_width).view({batch, seq, num_kv_heads_, head_dim_}).transpose(1, 2).contiguous();

@@ -42,7 +42,7 @@ class Linear : public torch::nn::Module {
   Linear(int64_t in, int64_t out, bool bias, ParamFactory& factory);
   at::Tensor forward(const at::Tensor& x) {
     // Through the selective checkpointing scope when one is open (linear_outputs.h).
-    return nn::run_with_hooks(*this, x, [this](const at::Tensor& in) { return linear_with_kept_outputs(in, weight, bias); });
+    return nn::run_with_hooks(*this, x, [this](const at::Tensor& in) { return linear_with_kept_outputs(this, in, weight, bias); });
   }
   at::Tensor weight, bias;  // bias undefined when absent
 };

@@ -52,7 +52,7 @@ LinearOutputScope::LinearOutputScope(KeptLinearOutputs& kept_outputs, Mode m) : 
 
 LinearOutputScope::~LinearOutputScope() { open_scope = outer_; }
 
-at::Tensor linear_with_kept_outputs(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+at::Tensor linear_with_kept_outputs(const void* site, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   LinearOutputScope* scope = open_scope;
   if (!scope) return at::linear(x, weight, bias);
   KeptLinearOutputs& kept = scope->kept;
@@ -62,14 +62,16 @@ at::Tensor linear_with_kept_outputs(const at::Tensor& x, const at::Tensor& weigh
     // checkpointed forward as an output (the router's logits) and get the recompute
     // function as its grad_fn, which the recompute's graph must not lead back to.
     kept.outputs.push_back(y.detach());
+    kept.sites.push_back(site);
     return y;
   }
   if (kept.next >= kept.outputs.size() || !kept.outputs[kept.next].defined()) return at::linear(x, weight, bias);
-  at::Tensor y = std::exchange(kept.outputs[kept.next++], at::Tensor());
-  if (y.sizes() != at::IntArrayRef(output_shape(x, weight))) {
+  const size_t k = kept.next++;
+  at::Tensor y = std::exchange(kept.outputs[k], at::Tensor());
+  if (kept.sites[k] != site || y.sizes() != at::IntArrayRef(output_shape(x, weight))) {
     // The recompute took another path than the forward: a bug, not a user error.
-    throw std::logic_error("selective recompute: linear output " + std::to_string(kept.next - 1) +
-                           " kept from the forward has another shape than the recompute's");
+    throw std::logic_error("selective recompute: linear output " + std::to_string(k) +
+                           " kept from the forward was made by another module or has another shape than the recompute's");
   }
   const std::vector<at::Tensor> bias_if_any = bias.defined() ? std::vector<at::Tensor>{bias} : std::vector<at::Tensor>{};
   return KeptLinearFunction::apply(x, weight, at::TensorList(bias_if_any), y)[0];

@@ -1,7 +1,9 @@
-// Selective activation checkpointing's op-level policy (torchtitan's "op" policy): a
-// checkpointed layer keeps its input and the output of every Linear in it, and recomputes the
-// cheap rest — norms, rotary, the attention core (scores, softmax), activations, the router's
-// softmax — in backward, without running a projection's GEMM a second time.
+// Selective activation checkpointing's op-level policy: a checkpointed layer keeps its input and
+// the output of every Linear in it, and recomputes the rest — norms, rotary, the attention core
+// (scores, softmax), activations, the router's softmax — in backward, without running a
+// projection's GEMM a second time. (torchtitan's "op" policy is of the same kind but keeps every
+// other matmul's output, the fused attention's and reduce-scatter results, recomputing the
+// other matmuls.)
 //
 // LibTorch 1.13's C++ API has no saved-tensor hooks or dispatch modes, so the policy lives in
 // Linear itself: while a LinearOutputScope is open on this thread, Linear's body goes through
@@ -21,9 +23,10 @@
 
 namespace hyperparallel::models {
 
-// One checkpointed forward's Linear outputs, in call order.
+// One checkpointed forward's Linear outputs, in call order, each with the module that made it.
 struct KeptLinearOutputs {
   std::vector<at::Tensor> outputs;
+  std::vector<const void*> sites;
   size_t next = 0;  // the next one a recompute takes
 };
 
@@ -45,6 +48,8 @@ class LinearOutputScope {
 };
 
 // at::linear(x, weight, bias), recorded or replayed by the open scope (plain without one).
-at::Tensor linear_with_kept_outputs(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+// `site` names the calling module: a replay checks that the output it hands back was made
+// there (std::logic_error otherwise: the recompute took another path than the forward).
+at::Tensor linear_with_kept_outputs(const void* site, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
 }  // namespace hyperparallel::models

@@ -214,6 +214,10 @@ void check_combinations(const TrainConfig& c) {
           std::string("disable_gradient_checkpointing: true contradicts ") +
               (c.gradient_checkpointing ? "gradient_checkpointing: true" : "activation_checkpoint.mode: " + c.activation_checkpoint.mode) +
               "; keep one");
+  require(c.activation_checkpoint.selective_policy == "op" ||
+              (c.activation_checkpoint.mode == "selective" && !c.gradient_checkpointing && !c.disable_gradient_checkpointing),
+          "activation_checkpoint.selective_policy: " + c.activation_checkpoint.selective_policy +
+              " applies with activation_checkpoint.mode: selective; set that mode or remove selective_policy");
   require(!c.muon_config.set || c.optim == "muon", "muon_config applies with optim: muon (optim is " + c.optim + "); set optim: muon or remove muon_config");
   require(c.fsdp_config.edp_shard_size == -1 || a.ep_size > 1,
           "fsdp_config.edp_shard_size applies with expert parallelism (accelerator.ep_size > 1); set ep_size or remove it");

@@ -6,8 +6,8 @@
 //              FusedAdamW's moments, the libraries);
 //   activation the next step's RSS high-water mark (reset through /proc/self/clear_refs)
 //              minus resident: what the step's activations and their gradients took.
-// glibc's allocator, no caching allocator: freed memory goes back, so the high-water mark is
-// the step's own. The model (vocab 16384, hidden 512, 14 layers, 8 heads, intermediate 1536;
+// glibc's allocator with fixed mmap and trim thresholds, no caching allocator: freed memory
+// goes back, so the high-water mark is the step's own. The model (vocab 16384, hidden 512, 14 layers, 8 heads, intermediate 1536;
 // 52 M parameters) keeps the layers' activations the larger term and the logits a visible one.
 #include <gtest/gtest.h>
 #include <malloc.h>
@@ -15,9 +15,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "hyperparallel/models/activation_checkpoint.h"
 #include "hyperparallel/models/auto_model.h"
@@ -54,6 +56,10 @@ TEST(MemoryFootprintChild, OneStep) {
   const char* env_mode = std::getenv("HP_MEMORY_FOOTPRINT_MODE");
   if (!env_mode) GTEST_SKIP() << "run by MemoryFootprint with HP_MEMORY_FOOTPRINT_MODE set";
   const std::string mode = env_mode;
+  // Fixed thresholds: glibc otherwise raises them as large blocks are freed, and the peak then
+  // depends on allocation order. Every tensor of note is its own mapping, returned when freed.
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+  mallopt(M_TRIM_THRESHOLD, 128 * 1024);
   models::ModelLoadOptions options;
   options.seed = 1;
   auto model = models::AutoModelForCausalLM::from_config(footprint_config(), options);
@@ -79,6 +85,7 @@ TEST(MemoryFootprintChild, OneStep) {
   malloc_trim(0);
   const double resident = status_mb("VmRSS");
   std::ofstream("/proc/self/clear_refs") << "5";  // the high-water mark starts again here
+  if (status_mb("VmHWM") > resident + 16) GTEST_SKIP() << "this kernel does not reset the RSS high-water mark";
   step(101);
   const double peak = status_mb("VmHWM");
   std::printf("FOOTPRINT mode=%s parameters=%lld resident_mb=%.1f activation_mb=%.1f\n", mode.c_str(),
@@ -100,6 +107,7 @@ Footprint measure(const std::string& mode, const std::string& dir) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
   std::smatch m;
   const std::regex line(R"(FOOTPRINT mode=\S+ parameters=(\d+) resident_mb=([\d.]+) activation_mb=(-?[\d.]+))");
+  if (run.output.find("does not reset the RSS high-water mark") != std::string::npos) return {-1, -1, 0};
   if (!std::regex_search(run.output, m, line)) {
     ADD_FAILURE() << mode << ": no FOOTPRINT line in\n" << run.output;
     return {};
@@ -108,13 +116,27 @@ Footprint measure(const std::string& mode, const std::string& dir) {
 }
 
 TEST(MemoryFootprint, EachFeatureCutsWhatItPromises) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer holds freed memory back: RSS does not follow the tensors";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  GTEST_SKIP() << "AddressSanitizer holds freed memory back: RSS does not follow the tensors";
+#endif
+#endif
   const std::string dir = testing::trainer_runs::temp_dir("memory_footprint");
   std::filesystem::create_directories(dir);
   std::map<std::string, Footprint> f;
-  for (const std::string mode : {"plain", "full", "selective", "selective_core", "chunked", "full_chunked", "offload"}) {
-    f[mode] = measure(mode, dir);
+  const std::vector<std::string> modes{"plain", "full", "selective", "selective_core", "chunked", "full_chunked", "offload"};
+  // Two processes at a time: each one's high-water mark is its own.
+  for (size_t i = 0; i < modes.size(); i += 2) {
+    auto second = i + 1 < modes.size() ? std::async(std::launch::async, measure, modes[i + 1], dir) : std::future<Footprint>();
+    f[modes[i]] = measure(modes[i], dir);
+    if (second.valid()) f[modes[i + 1]] = second.get();
+  }
+  for (const auto& mode : modes) {
     std::printf("%-15s resident %7.1f MB  activation %7.1f MB\n", mode.c_str(), f[mode].resident, f[mode].activation);
   }
+  if (f["plain"].resident < 0) GTEST_SKIP() << "this kernel does not reset the RSS high-water mark";
   const double plain = f["plain"].activation;
   ASSERT_GT(plain, 0);
   // Full checkpointing keeps one input per layer (and the loss's terms): at least half goes.
@@ -124,12 +146,12 @@ TEST(MemoryFootprint, EachFeatureCutsWhatItPromises) {
   EXPECT_GT(f["selective"].activation, f["full"].activation);
   EXPECT_LT(f["selective_core"].activation, plain);
   // The chunked loss removes the logits term: the [tokens x vocab] fp32 logits, their
-  // log-softmax and their gradients never exist whole. The peak comes in backward after the
-  // loss's own buffers are freed, but the plain forward's logits (which it returns) live through
-  // the whole step: with and without checkpointing at least that whole buffer's worth goes.
+  // log-softmax and their gradients never exist whole. The peak comes in backward after part
+  // of that term is freed, while the plain forward's logits (which it returns) live through
+  // the whole step: with and without checkpointing, one and a half buffers' worth goes at least.
   const double logits_mb = static_cast<double>(kRows * kSeq * kVocab * 4) / (1024.0 * 1024.0);
-  EXPECT_GE(plain - f["chunked"].activation, logits_mb);
-  EXPECT_GE(f["full"].activation - f["full_chunked"].activation, logits_mb);
+  EXPECT_GE(plain - f["chunked"].activation, 1.5 * logits_mb);
+  EXPECT_GE(f["full"].activation - f["full_chunked"].activation, 1.5 * logits_mb);
   // Optimizer offload takes AdamW's two fp32 moments out of the resident set (90 % of them at least).
   const double moments_mb = 2.0 * 4.0 * static_cast<double>(f["plain"].parameters) / (1024.0 * 1024.0);
   EXPECT_GE(f["plain"].resident - f["offload"].resident, 0.9 * moments_mb);

@@ -176,6 +176,8 @@ TEST(TrainConfig, BadConfigsFailWithExitCode2NamingTheKey) {
       {"chunked_loss:\n  chunk_size: 0\n", "chunked_loss.chunk_size: '0' is not allowed; expected an integer >= 1"},
       {"activation_checkpoint:\n  mode: partial\n", "activation_checkpoint.mode: 'partial' is not allowed; expected off | full | selective"},
       {"activation_checkpoint:\n  selective_policy: matmul\n", "activation_checkpoint.selective_policy: 'matmul' is not allowed; expected op | attention_core"},
+      {"activation_checkpoint:\n  mode: full\n  selective_policy: attention_core\n",
+       "activation_checkpoint.selective_policy: attention_core applies with activation_checkpoint.mode: selective"},
       {"plan_overrides:\n  - {match: '*.self_attn', module_type: Qwen3Attention, replace_module: fused_qkv_attention}\n"
        "activation_checkpoint:\n  mode: selective\n  selective_policy: attention_core\n",
        "policy attention_core recomputes the eager attention core; layer 0's attention is"},

@@ -13,7 +13,7 @@
 // no reshard before their backward. Decoding with a KV cache and forwards without gradients
 // are never checkpointed.
 // selective: the layer is recomputed too, but less of it, under one of two policies:
-//   op (the default; torchtitan's op-level policy): the layer also keeps the output of every
+//   op (the default; an op-level policy of torchtitan's kind): the layer also keeps the output of every
 //     Linear in it (the projections, the MLP's and the experts' GEMMs, the router) and the
 //     recompute reruns only the rest — norms, rotary, the attention core, activations, routing
 //     — with no GEMM of a projection run twice (src/models/linear_outputs.h). Any attention
