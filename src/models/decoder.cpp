@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "activation_swap.h"
 #include "attention.h"
@@ -37,17 +38,15 @@ at::Tensor DecoderLayer::forward(const at::Tensor& hidden, const AttentionInputs
   return fsdp::hooked_forward(*this, hidden, [&](const at::Tensor& x) {
     if (!recompute || inputs.cache) return body(x, inputs, router_logits);
     const AttentionInputs shared = inputs;  // by value: the segment runs again in backward
-    // Keeping outputs pays only when the recompute will run: not in a forward without a graph.
-    if (!keep_linear_outputs || !at::GradMode::is_enabled() || !x.requires_grad()) {
-      return run_with_recompute(
-          x, [this, shared](const at::Tensor& in, std::vector<at::Tensor>* logits) { return body(in, shared, logits); },
-          router_logits, {}, swap);
-    }
-    auto kept = std::make_shared<KeptLinearOutputs>();  // filled by the forward, emptied by the recompute
+    // Keeping Linear outputs pays only when the recompute will run: not in a forward without a graph.
+    const auto kept = keep_linear_outputs && at::GradMode::is_enabled() && x.requires_grad()
+                          ? std::make_shared<KeptLinearOutputs>()  // filled by the forward, emptied by the recompute
+                          : nullptr;
     return run_with_recompute(
         x,
         [this, shared, kept](const at::Tensor& in, std::vector<at::Tensor>* logits) {
-          const LinearOutputScope scope(*kept, recomputing() ? LinearOutputScope::Mode::kReplay : LinearOutputScope::Mode::kRecord);
+          std::optional<LinearOutputScope> scope;
+          if (kept) scope.emplace(*kept, recomputing() ? LinearOutputScope::Mode::kReplay : LinearOutputScope::Mode::kRecord);
           return body(in, shared, logits);
         },
         router_logits, {}, swap);

@@ -61,14 +61,13 @@ at::Tensor linear_with_kept_outputs(const void* site, const at::Tensor& x, const
     // An alias of the same memory with no autograd history of its own: y may leave the
     // checkpointed forward as an output (the router's logits) and get the recompute
     // function as its grad_fn, which the recompute's graph must not lead back to.
-    kept.outputs.push_back(y.detach());
-    kept.sites.push_back(site);
+    kept.outputs.push_back({y.detach(), site});
     return y;
   }
-  if (kept.next >= kept.outputs.size() || !kept.outputs[kept.next].defined()) return at::linear(x, weight, bias);
+  if (kept.next >= kept.outputs.size()) return at::linear(x, weight, bias);  // none left: a second recompute
   const size_t k = kept.next++;
-  at::Tensor y = std::exchange(kept.outputs[k], at::Tensor());
-  if (kept.sites[k] != site || y.sizes() != at::IntArrayRef(output_shape(x, weight))) {
+  at::Tensor y = std::exchange(kept.outputs[k].output, at::Tensor());
+  if (kept.outputs[k].site != site || y.sizes() != at::IntArrayRef(output_shape(x, weight))) {
     // The recompute took another path than the forward: a bug, not a user error.
     throw std::logic_error("selective recompute: linear output " + std::to_string(k) +
                            " kept from the forward was made by another module or has another shape than the recompute's");

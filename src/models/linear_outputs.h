@@ -25,8 +25,11 @@ namespace hyperparallel::models {
 
 // One checkpointed forward's Linear outputs, in call order, each with the module that made it.
 struct KeptLinearOutputs {
-  std::vector<at::Tensor> outputs;
-  std::vector<const void*> sites;
+  struct Kept {
+    at::Tensor output;  // undefined once handed back
+    const void* site;
+  };
+  std::vector<Kept> outputs;
   size_t next = 0;  // the next one a recompute takes
 };
 

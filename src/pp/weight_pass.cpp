@@ -105,6 +105,7 @@ bool junctions_chain(const std::vector<Node*>& junctions, const std::unordered_s
   for (Node* start : junctions) {
     bool chained = false;
     depth_first({start}, [&](Node* n, const auto& push) {
+      if (chained) return;  // found: walk no further
       for (const Edge& e : n->next_edges()) {
         Node* c = e.function.get();
         if (!c || !path.count(c)) continue;

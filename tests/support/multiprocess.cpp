@@ -34,13 +34,6 @@ int next_call_index() {
   return ++calls;
 }
 
-std::string self_exe() {
-  char path[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  path[n > 0 ? n : 0] = '\0';
-  return path;
-}
-
 void move_env(const char* from, const char* to) {
   if (const char* v = std::getenv(from)) setenv(to, v, 1);
   unsetenv(from);
@@ -76,6 +69,13 @@ void apply_rendezvous_style(const std::string& style) {
 }
 
 }  // namespace
+
+std::string self_exe() {
+  char path[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  path[n > 0 ? n : 0] = '\0';
+  return path;
+}
 
 bool is_rank_process() { return std::getenv(kCallVar) != nullptr; }
 

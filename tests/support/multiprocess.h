@@ -43,4 +43,7 @@ void run_on_ranks(int world_size, const std::function<void(RankContext&)>& body,
 // True in a process started by run_on_ranks.
 bool is_rank_process();
 
+// The path of this test binary (to run it again as a child process).
+std::string self_exe();
+
 }  // namespace hyperparallel::testing

@@ -19,6 +19,7 @@
 #include "hyperparallel/tp/model_plans.h"
 #include "support/multiprocess.h"
 #include "support/parity_run.h"
+#include "support/process_status.h"
 
 namespace hyperparallel {
 namespace {
@@ -198,15 +199,6 @@ TEST(ContextParallel, BytesPerLayerAreEachAlgorithmsTheory) {
   });
 }
 
-double status_mb(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
-  }
-  return 0;
-}
-
 // The rise of this process's peak RSS over one forward and backward of a long row (the
 // plain model when cp is 1), in MiB.
 double attention_peak_mb(const testing::RankContext* ctx, const std::string& algorithm) {
@@ -226,9 +218,9 @@ double attention_peak_mb(const testing::RankContext* ctx, const std::string& alg
   }
   malloc_trim(0);
   std::ofstream("/proc/self/clear_refs") << "5";  // reset the high-water mark
-  const double before = status_mb("VmRSS");
+  const double before = testing::process_status_mb("VmRSS");
   model->forward(in).lm_loss_sum.backward();
-  return status_mb("VmHWM") - before;
+  return testing::process_status_mb("VmHWM") - before;
 }
 
 // Attention activations per rank fall with cp: [T x T] scores at cp 1, about 1/cp of them

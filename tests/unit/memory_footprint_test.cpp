@@ -7,8 +7,9 @@
 //   activation the next step's RSS high-water mark (reset through /proc/self/clear_refs)
 //              minus resident: what the step's activations and their gradients took.
 // glibc's allocator with fixed mmap and trim thresholds, no caching allocator: freed memory
-// goes back, so the high-water mark is the step's own. The model (vocab 16384, hidden 512, 14 layers, 8 heads, intermediate 1536;
-// 52 M parameters) keeps the layers' activations the larger term and the logits a visible one.
+// goes back, so the high-water mark is the step's own. The model (vocab 16384, hidden 512,
+// 14 layers, 8 heads, intermediate 1536; 52 M parameters) keeps the layers' activations the
+// larger term and the logits a visible one.
 #include <gtest/gtest.h>
 #include <malloc.h>
 
@@ -24,6 +25,8 @@
 #include "hyperparallel/models/activation_checkpoint.h"
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/optim/fused_adamw.h"
+#include "support/multiprocess.h"
+#include "support/process_status.h"
 #include "support/subprocess.h"
 #include "support/trainer_runs.h"
 
@@ -42,14 +45,6 @@ models::ModelConfig footprint_config() {
   c.head_dim = 64;
   c.intermediate_size = 1536;
   return c;
-}
-
-double status_mb(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
-  }
-  return -1;
 }
 
 TEST(MemoryFootprintChild, OneStep) {
@@ -83,11 +78,11 @@ TEST(MemoryFootprintChild, OneStep) {
   };
   step(100);  // gradients and moments exist from here on
   malloc_trim(0);
-  const double resident = status_mb("VmRSS");
+  const double resident = testing::process_status_mb("VmRSS");
   std::ofstream("/proc/self/clear_refs") << "5";  // the high-water mark starts again here
-  if (status_mb("VmHWM") > resident + 16) GTEST_SKIP() << "this kernel does not reset the RSS high-water mark";
+  if (testing::process_status_mb("VmHWM") > resident + 16) GTEST_SKIP() << "this kernel does not reset the RSS high-water mark";
   step(101);
-  const double peak = status_mb("VmHWM");
+  const double peak = testing::process_status_mb("VmHWM");
   std::printf("FOOTPRINT mode=%s parameters=%lld resident_mb=%.1f activation_mb=%.1f\n", mode.c_str(),
               static_cast<long long>(parameters), resident, peak - resident);
 }
@@ -100,14 +95,11 @@ struct Footprint {
 Footprint measure(const std::string& mode, const std::string& dir) {
   testing::SubprocessOptions options(std::chrono::seconds(600),
                                      {{"HP_MEMORY_FOOTPRINT_MODE", mode}, {"HP_MEMORY_FOOTPRINT_DIR", dir}, {"OMP_NUM_THREADS", "1"}});
-  char self[4096] = {};
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  EXPECT_GT(n, 0);
-  const auto run = testing::run_subprocess({self, "--gtest_filter=MemoryFootprintChild.OneStep"}, options);
+  const auto run = testing::run_subprocess({testing::self_exe(), "--gtest_filter=MemoryFootprintChild.OneStep"}, options);
   EXPECT_EQ(run.exit_code, 0) << run.output;
+  if (run.output.find("does not reset the RSS high-water mark") != std::string::npos) return {-1, -1, 0};
   std::smatch m;
   const std::regex line(R"(FOOTPRINT mode=\S+ parameters=(\d+) resident_mb=([\d.]+) activation_mb=(-?[\d.]+))");
-  if (run.output.find("does not reset the RSS high-water mark") != std::string::npos) return {-1, -1, 0};
   if (!std::regex_search(run.output, m, line)) {
     ADD_FAILURE() << mode << ": no FOOTPRINT line in\n" << run.output;
     return {};

@@ -1,8 +1,8 @@
 // Memory features against the plain model. Activation checkpointing: one process (losses,
 // logits, every gradient, the MoE aux loss through the recomputed router, the recompute
-// counted; the op policy's projections not rerun), every k-th layer, and on real processes under FSDP and expert parallelism (a
-// nested FSDP unit recomputed during backward), where SGD training must match the plain
-// model. Chunked loss: the loss and every gradient at several chunk sizes, with padding,
+// counted; the op policy's projections not rerun), every k-th layer, and on real processes
+// under FSDP and expert parallelism (a nested FSDP unit recomputed during backward), where SGD
+// training must match the plain model. Chunked loss: the loss and every gradient at several chunk sizes, with padding,
 // tied heads and checkpointing. Activation swap: the same numbers, every kept input out to the
 // pool and back, each but the last layer's brought back ahead.
 #include <gtest/gtest.h>

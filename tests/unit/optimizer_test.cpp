@@ -8,7 +8,6 @@
 #include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
 
-#include <fstream>
 
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/mesh/device_mesh.h"
@@ -16,6 +15,7 @@
 #include "hyperparallel/optim/fused_adamw.h"
 #include "hyperparallel/platform/user_error.h"
 #include "support/multiprocess.h"
+#include "support/process_status.h"
 
 namespace hyperparallel {
 namespace {
@@ -103,14 +103,6 @@ TEST(Optimizers, FusedAdamWEqualsTorchAdamW) {
   at::set_num_threads(threads);
 }
 
-double resident_mb() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  }
-  return 0;
-}
-
 // 12 steps with the moments in a file, then the same 12 in memory: bit-identical, and the
 // file's 48 MiB of moments are not resident after a step while the in-memory ones are.
 TEST(Optimizers, OffloadedMomentsAreBitIdenticalAndLeaveTheResidentSet) {
@@ -126,7 +118,7 @@ TEST(Optimizers, OffloadedMomentsAreBitIdenticalAndLeaveTheResidentSet) {
     auto gen = at::detail::createCPUGenerator(8);
     for (const auto& shape : shapes) r.params.push_back(at::randn(shape, gen).requires_grad_(true));
     for (auto& p : r.params) p.mutable_grad() = at::zeros_like(p);
-    const double baseline = resident_mb();
+    const double baseline = testing::process_status_mb("VmRSS");
     r.opt = std::make_unique<optim::FusedAdamW>(r.params, options);
     if (offload) r.opt->offload_state(::testing::TempDir());
     for (int step = 0; step < 12; ++step) {
@@ -140,7 +132,7 @@ TEST(Optimizers, OffloadedMomentsAreBitIdenticalAndLeaveTheResidentSet) {
       auto grads = at::detail::createCPUGenerator(100 + step);
       for (auto& p : r.params) p.mutable_grad().normal_(0, 1, grads);  // in place: no temporaries in the measure
       r.opt->step();
-      if (step == 0) r.resident_growth = resident_mb() - baseline;
+      if (step == 0) r.resident_growth = testing::process_status_mb("VmRSS") - baseline;
     }
     return r;
   };
@@ -161,15 +153,6 @@ TEST(Optimizers, OffloadedMomentsAreBitIdenticalAndLeaveTheResidentSet) {
   }
   EXPECT_GE(offloaded.opt->state_file()->bytes(), 2u * 4 * (2048 * 2048 + 1024 * 2048 + 4096 + 15));
   EXPECT_GT(offloaded.opt->state_file()->released_bytes(), 12u * 2 * 4 * 2048 * 2048);
-}
-
-// A /proc/self/status field in MiB (RssFile: this process's resident pages of mapped files).
-double status_mib(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
-  }
-  return 0;
 }
 
 // FSDP over 2 ranks with bf16 compute: the fp32 masters placed in the optimizer's file train
@@ -210,9 +193,9 @@ TEST(Optimizers, MixedPrecisionMasterShardsLiveInTheOffloadFile) {
         models::CausalLMInput in;
         in.input_ids = at::randint(config.vocab_size, {2, 64}, gen, at::kLong);
         in.labels = in.input_ids;
-        const double before = status_mib("RssFile");
+        const double before = testing::process_status_mb("RssFile");
         auto out = model->forward(in);  // casts the masters to bf16 (they changed), releases them
-        if (offload && s > 0) *masters_resident_mib = std::max(*masters_resident_mib, status_mib("RssFile") - before);
+        if (offload && s > 0) *masters_resident_mib = std::max(*masters_resident_mib, testing::process_status_mb("RssFile") - before);
         out.loss.backward();
         opt.step();
         opt.zero_grad();

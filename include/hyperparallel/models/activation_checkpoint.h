@@ -13,11 +13,11 @@
 // no reshard before their backward. Decoding with a KV cache and forwards without gradients
 // are never checkpointed.
 // selective: the layer is recomputed too, but less of it, under one of two policies:
-//   op (the default; an op-level policy of torchtitan's kind): the layer also keeps the output of every
-//     Linear in it (the projections, the MLP's and the experts' GEMMs, the router) and the
-//     recompute reruns only the rest — norms, rotary, the attention core, activations, routing
-//     — with no GEMM of a projection run twice (src/models/linear_outputs.h). Any attention
-//     (plan overrides too).
+//   op (the default; an op-level policy of torchtitan's kind): the layer also keeps the
+//     output of every Linear in it (the projections, the MLP's and the experts' GEMMs, the
+//     router) and the recompute reruns only the rest — norms, rotary, the attention core,
+//     activations, routing — with no GEMM of a projection run twice
+//     (src/models/linear_outputs.h). Any attention (plan overrides too).
 //   attention_core (Megatron's selective recompute): only the attention core — scores, mask,
 //     softmax, weighted values — is recomputed, from q, k and v kept packed; the
 //     [heads x T x T] scores and probabilities, the term that grows with the square of the

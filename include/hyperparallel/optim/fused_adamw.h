@@ -7,9 +7,9 @@
 // The arithmetic is LibTorch's, in the same order and in fp32 (weight decay, moments,
 // denominator sqrt(v) / sqrt(1 - beta2^t) + eps, step lr / (1 - beta1^t)), with multiply-adds
 // fused exactly where LibTorch's kernels fuse them, so the results are the same floats. It is
-// an AdamW (same options, param groups and AdamWParamState per parameter), so checkpoints, schedules and code that takes a torch::optim::AdamW are
-// unchanged. Parameters it cannot fuse (not contiguous fp32, amsgrad, sparse gradients) take
-// the tensor-op path. offload_state() keeps the moments in a file-backed mapping instead.
+// an AdamW (same options, param groups and AdamWParamState per parameter), so checkpoints,
+// schedules and code that takes a torch::optim::AdamW are unchanged. Parameters it cannot
+// fuse (not contiguous fp32, amsgrad, sparse gradients) take the tensor-op path. offload_state() keeps the moments in a file-backed mapping instead.
 #pragma once
 
 #include <torch/optim/adamw.h>
