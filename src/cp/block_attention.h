@@ -6,8 +6,9 @@
 // are grouped by their kv head ([B, H_kv, G * T, D]) so grouped kv heads are never repeated.
 //  - causal_attention: queries against every key of the row in natural order, one softmax per
 //    query chunk over the keys up to its end — as transformers' eager attention computes it
-//    (scores scaled, additive mask of the dtype's lowest value, softmax in fp32); plain
-//    autograd. Used by Ulysses and all-gather.
+//    (scores scaled, additive mask of the dtype's lowest value, softmax in fp32). In fp32 each
+//    chunk goes through the models' tiled kernel (models/causal_attention.h: the keys before
+//    the chunk are its cached "past"), else plain autograd. Used by Ulysses and all-gather.
 //  - BlockSoftmax: one (query chunk, key chunk) block of an online softmax (ring attention):
 //    scores in fp32 with -inf where masked, folded into a running max, sum and output; and
 //    the same block's backward from the saved log-sum-exp.

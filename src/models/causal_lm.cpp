@@ -1,6 +1,7 @@
 // The causal LM head and loss. See models/causal_lm.h.
 #include "hyperparallel/models/causal_lm.h"
 
+#include "cross_entropy.h"
 #include "decoder.h"
 #include "hyperparallel/fsdp/module_hooks.h"
 #include "recompute.h"
@@ -117,7 +118,7 @@ CausalLMOutput CausalLM::forward(const CausalLMInput& in) {
 
 at::Tensor CausalLM::loss_sum(const at::Tensor& logits, const at::Tensor& shifted) {
   const at::Tensor flat = logits.reshape({shifted.size(0), -1});
-  return token_loss_ ? token_loss_->sum(flat, shifted) : at::cross_entropy_loss(flat, shifted, {}, at::Reduction::Sum, -100);
+  return token_loss_ ? token_loss_->sum(flat, shifted) : cross_entropy_sum(flat, shifted);
 }
 
 at::Tensor CausalLM::head_loss_sum(const at::Tensor& hidden, const at::Tensor& shifted) {
@@ -252,8 +253,7 @@ at::Tensor CausalLM::chunked_loss_sum(const at::Tensor& hidden, const at::Tensor
                     rows.narrow(0, start, n),
                     [this, labels](const at::Tensor& chunk, std::vector<at::Tensor>*) {
                       const at::Tensor logits = head(chunk);
-                      return token_loss_ ? token_loss_->sum(logits, labels)
-                                         : at::cross_entropy_loss(logits, labels, {}, at::Reduction::Sum, -100);
+                      return token_loss_ ? token_loss_->sum(logits, labels) : cross_entropy_sum(logits, labels);
                     },
                     nullptr, head_params);
   }

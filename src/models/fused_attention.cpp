@@ -1,6 +1,7 @@
 // Attention with one QKV GEMM and no KV-head copies. See fused_attention.h.
 #include "fused_attention.h"
 
+#include "causal_attention.h"
 #include "hyperparallel/platform/user_error.h"
 #include "fused_rope.h"
 #include "rotary.h"
@@ -9,6 +10,29 @@ namespace hyperparallel::models {
 
 namespace {
 constexpr int64_t kQueryBlock = 256;  // rows of queries per causal block
+
+// Other dtypes: causal attention in query blocks with ATen's batched ops. Block [q0, q1) only
+// needs keys [0, past + q1); the rest of its row is masked to zero weight.
+at::Tensor blocked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& values, const at::Tensor& mask, double scaling,
+                             int64_t groups) {
+  const int64_t batch = q.size(0), kv_heads = q.size(1), seq = q.size(2) / groups;
+  const int64_t past = k.size(2) - seq;  // cached keys before this call's tokens
+  const int64_t block = seq >= 2 * kQueryBlock ? kQueryBlock : seq;
+  std::vector<at::Tensor> outs;
+  for (int64_t q0 = 0; q0 < seq; q0 += block) {
+    const int64_t len = std::min(block, seq - q0), keys = past + q0 + len;
+    const at::Tensor kc = k.narrow(2, 0, keys), vc = values.narrow(2, 0, keys);
+    at::Tensor scores = at::matmul(q.narrow(2, q0 * groups, len * groups), kc.transpose(2, 3));  // [B, KV, len*G, keys]
+    scores.mul_(scaling);
+    if (mask.defined()) {
+      scores.view({batch, kv_heads, len, groups, keys}).add_(mask.narrow(2, q0, len).narrow(3, 0, keys).view({batch, 1, len, 1, keys}));
+    }
+    const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+    outs.push_back(at::matmul(probs, vc));  // [B, KV, len*G, D]
+  }
+  return outs.size() == 1 ? outs[0] : at::cat(outs, 2);
+}
+
 }  // namespace
 
 FusedQKVAttention::FusedQKVAttention(Attention& original)
@@ -58,27 +82,13 @@ at::Tensor FusedQKVAttention::forward(const at::Tensor& hidden, const AttentionI
   }
   at::Tensor values = v;
   if (in.cache) std::tie(k, values) = in.cache->append(in.layer, k, v);
-  const int64_t past = k.size(2) - seq;  // cached keys before this call's tokens
-  // Causal attention in query blocks: block [q0, q1) only needs keys [0, q1), the rest of
-  // its row is masked to exactly zero weight, so skipping it changes nothing but work.
-  const int64_t block = seq >= 2 * kQueryBlock ? kQueryBlock : seq;
-  std::vector<at::Tensor> outs;
-  for (int64_t q0 = 0; q0 < seq; q0 += block) {
-    const int64_t len = std::min(block, seq - q0), keys = past + q0 + len;
-    const at::Tensor kc = k.narrow(2, 0, keys), vc = values.narrow(2, 0, keys);
-    at::Tensor scores = at::matmul(q.narrow(2, q0 * groups, len * groups), kc.transpose(2, 3));  // [B, KV, len*G, keys]
-    scores.mul_(scaling_);
-    if (in.mask.defined()) {
-      scores.view({batch, num_kv_heads_, len, groups, keys})
-          .add_(in.mask.narrow(2, q0, len).narrow(3, 0, keys).view({batch, 1, len, 1, keys}));
-    }
-    const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-    outs.push_back(at::matmul(probs, vc));  // [B, KV, len*G, D]
+  at::Tensor grouped;  // [B, KV, T*G, D]
+  if (causal_attention_supports(q, in.mask)) {
+    grouped = causal_attention(q, k, values, in.mask, scaling_);
+  } else {
+    grouped = blocked_attention(q, k, values, in.mask, scaling_, groups);
   }
-  const at::Tensor out = (outs.size() == 1 ? outs[0] : at::cat(outs, 2))
-                             .view({batch, num_kv_heads_, seq, groups, head_dim_})
-                             .permute({0, 2, 1, 3, 4})
-                             .reshape({batch, seq, q_width});
+  const at::Tensor out = grouped.view({batch, num_kv_heads_, seq, groups, head_dim_}).permute({0, 2, 1, 3, 4}).reshape({batch, seq, q_width});
   return o_proj_->forward(out);
 }
 

@@ -3,12 +3,12 @@
 //  - rotary embedding and the head transpose are one pass (fused_rope.h);
 //  - grouped KV heads are not repeated: the G query heads of one KV head form one
 //    [G*T, head_dim] operand of a single batched GEMM against that KV head;
-//  - scores are scaled and masked in place (no extra [B, H, T, T] temporaries);
-//  - causal blocks: queries in blocks of 256 positions see only the keys up to their block's
-//    end, skipping the masked upper triangle (about half the score work at long sequences).
-// The attention mask must be causal (every model here is); a query row with no visible key
-// (left padding) gets uniform weight over the keys of its block instead of the whole row —
-// such rows are padding and never compared or trained on.
+//  - the core: in fp32, the tiled kernel the eager path runs too (causal_attention.h); in
+//    other dtypes, scores scaled and masked in place in causal blocks of 256 query positions
+//    that see only the keys up to their block's end. There a query row with no visible key
+//    (left padding) gets uniform weight over the keys of its block instead of the whole row —
+//    such rows are padding and never compared or trained on.
+// The attention mask must be causal (every model here is).
 // It adopts the original's children (q_proj ... o_proj, q_norm, k_norm: same tensors, same
 // names). Results equal the eager attention's to float rounding (tests: within 1e-6).
 #pragma once

@@ -231,7 +231,9 @@ TEST(ContextParallelWide, PeakMemoryPerRankFallsWithCp) {
 #endif
   const double plain = attention_peak_mb(nullptr, "");
   if (!testing::is_rank_process()) std::printf("plain model, one process: peak rise %.0f MiB\n", plain);
-  EXPECT_GT(plain, 200);  // the row is long enough for attention to dominate
+  // The row is long enough for attention to dominate: the 8 heads' fp32 probabilities over
+  // 2048 x 2048 positions, which the attention kernel keeps for backward, are 128 MiB.
+  EXPECT_GT(plain, 100);
   for (int cp : {2, 4}) {
     for (const std::string algorithm : {"allgather", "ulysses", "ring"}) {  // each in fresh processes
       testing::run_on_ranks(cp, [cp, plain, algorithm](testing::RankContext& ctx) {

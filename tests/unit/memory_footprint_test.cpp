@@ -137,13 +137,13 @@ TEST(MemoryFootprint, EachFeatureCutsWhatItPromises) {
   EXPECT_LT(f["selective"].activation, plain);
   EXPECT_GT(f["selective"].activation, f["full"].activation);
   EXPECT_LT(f["selective_core"].activation, plain);
-  // The chunked loss removes the logits term: the [tokens x vocab] fp32 logits, their
-  // log-softmax and their gradients never exist whole. The peak comes in backward after part
-  // of that term is freed, while the plain forward's logits (which it returns) live through
-  // the whole step: with and without checkpointing, one and a half buffers' worth goes at least.
+  // The chunked loss removes the logits term: the [tokens x vocab] fp32 logits and their
+  // gradient never exist whole. The plain step's fused cross-entropy (models/cross_entropy.h)
+  // keeps only the logits themselves (which the forward also returns) and writes their
+  // gradient once: with and without checkpointing, that buffer's worth goes (90 % at least).
   const double logits_mb = static_cast<double>(kRows * kSeq * kVocab * 4) / (1024.0 * 1024.0);
-  EXPECT_GE(plain - f["chunked"].activation, 1.5 * logits_mb);
-  EXPECT_GE(f["full"].activation - f["full_chunked"].activation, 1.5 * logits_mb);
+  EXPECT_GE(plain - f["chunked"].activation, 0.9 * logits_mb);
+  EXPECT_GE(f["full"].activation - f["full_chunked"].activation, 0.9 * logits_mb);
   // Optimizer offload takes AdamW's two fp32 moments out of the resident set (90 % of them at least).
   const double moments_mb = 2.0 * 4.0 * static_cast<double>(f["plain"].parameters) / (1024.0 * 1024.0);
   EXPECT_GE(f["plain"].resident - f["offload"].resident, 0.9 * moments_mb);

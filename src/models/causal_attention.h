@@ -1,0 +1,40 @@
+// causal_attention: the attention core (scores = q kᵀ · scale + mask, softmax, times v) as one
+// kernel with its own backward, for fp32 on the CPU. Both Attention (the eager path) and
+// FusedQKVAttention run their core through it.
+//
+// Why a kernel and not ATen's batched ops: LibTorch's CPU bmm without MKL runs one GEMM per
+// (batch, head) matrix, and every step between the two products (scale, mask add, softmax, and
+// their backward) is a full pass over [B, H, T, S] tensors in memory. Here the work goes in
+// tiles of 128 query positions (all G query heads of a KV head at once): the tile's scores are
+// one GEMM, the scale, mask and softmax one pass over them while they are in cache
+// (softmax_rows.h), and the tile sees only the keys up to its last position, skipping the
+// masked upper triangle (3/8 of the score work at T = 512). Tiles run one after another with
+// the GEMMs on every BLAS thread and the row kernels split over the threads: whole items per
+// thread with single-threaded GEMMs measured slower on 2 cores (a [4 x 8 x 512 x 64] core,
+// forward + backward: 50 vs 45 ms), and 128 positions beat 64 and 256.
+//
+// Same function as the eager core: the masked entries a tile skips have exactly zero weight
+// there, so every probability is the same function of the same scores; a tile holding a query
+// row with no visible key (a left-padded position) is computed over all keys, as the eager
+// core spreads such a row's weight uniformly over the whole row. Results agree with the eager
+// core to float rounding (Models.CausalAttentionMatchesTheEagerCore). The probabilities are
+// kept for backward, as autograd keeps the eager core's softmax output (without a graph they
+// are not kept).
+//
+// Layout: q is [B, KV, T * G, D], the G query heads of each KV head position-major (row
+// t * G + g); k and v [B, KV, S, D] with S = past + T; the mask is the additive [B, 1, T, S]
+// the decoder builds, and must be causal (a query at position t sees no key after past + t).
+// Returns [B, KV, T * G, D] in q's row order.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace hyperparallel::models {
+
+// Whether causal_attention runs these operands (fp32 CPU q and a 4-d fp32 mask); others take
+// the eager ops.
+bool causal_attention_supports(const at::Tensor& q, const at::Tensor& mask);
+
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scaling);
+
+}  // namespace hyperparallel::models

@@ -1,0 +1,78 @@
+// The fused cross-entropy sum. See cross_entropy.h.
+#include "cross_entropy.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <string>
+
+#include "softmax_rows.h"
+
+namespace hyperparallel::models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr int64_t kIgnored = -100;
+constexpr int64_t kRowsPerTask = 8;
+
+void check_labels(const at::Tensor& labels, int64_t vocab) {
+  const int64_t* l = labels.data_ptr<int64_t>();
+  for (int64_t r = 0; r < labels.numel(); ++r) {
+    if (l[r] != kIgnored && (l[r] < 0 || l[r] >= vocab)) {
+      throw c10::IndexError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                            "Target " + std::to_string(l[r]) + " is out of bounds (vocabulary of " + std::to_string(vocab) + ").");
+    }
+  }
+}
+
+struct CrossEntropySumFunction : torch::autograd::Function<CrossEntropySumFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits_in, const at::Tensor& labels_in) {
+    const at::Tensor logits = logits_in.contiguous(), labels = labels_in.contiguous();
+    const int64_t rows = logits.size(0), vocab = logits.size(1);
+    check_labels(labels, vocab);
+    at::Tensor lse = at::empty({rows}, logits.options());
+    const float* x = logits.data_ptr<float>();
+    float* lse_ptr = lse.data_ptr<float>();
+    at::parallel_for(0, rows, kRowsPerTask, [&](int64_t begin, int64_t end) { log_sum_exp(x + begin * vocab, end - begin, vocab, lse_ptr + begin); });
+    const int64_t* l = labels.data_ptr<int64_t>();
+    double sum = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (l[r] != kIgnored) sum += static_cast<double>(lse_ptr[r]) - x[r * vocab + l[r]];
+    }
+    ctx->save_for_backward({logits, labels, lse});
+    return at::scalar_tensor(sum, logits.options());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &logits = saved[0], &labels = saved[1], &lse = saved[2];
+    const int64_t rows = logits.size(0), vocab = logits.size(1);
+    const float g = grads[0].item<float>();
+    const at::Tensor scale = labels.ne(kIgnored).to(at::kFloat).mul_(g);
+    at::Tensor out = at::empty_like(logits);
+    const float* x = logits.data_ptr<float>();
+    const float* lse_ptr = lse.data_ptr<float>();
+    const int64_t* l = labels.data_ptr<int64_t>();
+    const float* s = scale.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    at::parallel_for(0, rows, kRowsPerTask, [&](int64_t begin, int64_t end) {
+      softmax_minus_one_hot(x + begin * vocab, lse_ptr + begin, l + begin, s + begin, end - begin, vocab, o + begin * vocab);
+    });
+    return {out, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels) {
+  if (logits.device().is_cpu() && logits.scalar_type() == at::kFloat && logits.dim() == 2 && labels.scalar_type() == at::kLong &&
+      labels.dim() == 1 && labels.size(0) == logits.size(0)) {
+    return CrossEntropySumFunction::apply(logits, labels);
+  }
+  return at::cross_entropy_loss(logits, labels, {}, at::Reduction::Sum, kIgnored);
+}
+
+}  // namespace hyperparallel::models

@@ -1,0 +1,21 @@
+// cross_entropy_sum: the language-model loss, Σ over labels ≠ -100 of −log softmax(logits)[label],
+// as at::cross_entropy_loss(logits, labels, {}, Sum, -100) computes it, with fp32 CPU logits in
+// one fused function:
+//  - forward: one read of the logits per row for its log-sum-exp (nothing of [N, V] written;
+//    ATen's log_softmax writes its [N, V] output and keeps it for backward);
+//  - backward: one pass writing softmax − one-hot scaled by the incoming gradient (ATen writes
+//    a one-hot [N, V] gradient first, then log_softmax's backward reads both).
+// It keeps the logits and one log-sum-exp per row, the same [N, V] bytes ATen keeps (its
+// log-probabilities). The exp is softmax_rows.h's (within 2 ulp of expf); the sum over rows
+// runs in double. A label outside [0, V) other than -100 throws, as ATen's does. Other dtypes
+// and devices take ATen's path.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace hyperparallel::models {
+
+// logits [N, V], labels [N] (int64; -100 ignored); returns a 0-dim fp32 tensor.
+at::Tensor cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels);
+
+}  // namespace hyperparallel::models

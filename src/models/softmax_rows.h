@@ -1,0 +1,43 @@
+// Vectorised softmax row kernels: for the attention tiles (causal_attention.h) the scaled,
+// masked softmax of a tile of scores and its backward, each one pass over the tile while it is
+// in cache; for the cross-entropy (cross_entropy.h) each row's log-sum-exp and the gradient
+// softmax − one-hot, each one pass over the logits.
+//
+// LibTorch's softmax runs its exp through Sleef at AVX2 width by default (about 1 ns per
+// element here, as long as the tile's GEMM); these use Cephes' single-precision exp polynomial
+// (within 2 ulp of expf) on the widest vectors the CPU has: 16 lanes with AVX-512, 8 with
+// AVX2 + FMA, 4 otherwise, picked per call from the CPU's flags. Sums and maxima run in those
+// lanes and add up once at the end of the row, as ATen's vectorised softmax does; fp32
+// throughout. A score e^-87 or more below its row's maximum gets exactly zero weight, as a
+// masked one (the mask's dtype-lowest value) does in the eager core.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace hyperparallel::models {
+
+// The vector widths this CPU runs (16 with AVX-512, 8 with AVX2 + FMA, 4 always), widest first.
+// `lanes` below picks one of them (tests run each); 0 means the widest.
+std::vector<int> softmax_row_widths();
+
+// probs[r, :] = softmax(scores[r, :] * scale + mask[r / rows_per_mask_row, :]) for a
+// contiguous [rows, keys] tile; mask rows are `mask_stride` apart. probs may alias scores.
+void scaled_masked_softmax(const float* scores, int64_t rows, int64_t keys, float scale, const float* mask, int64_t mask_stride,
+                           int64_t rows_per_mask_row, float* probs, int lanes = 0);
+
+// grad_scores = probs ∘ (grad_probs − Σ_k probs ∘ grad_probs) · scale per row: the gradient
+// of the scores before `scale` (softmax's backward, then the scale's). grad_scores may alias
+// grad_probs.
+void scaled_softmax_backward(const float* probs, const float* grad_probs, int64_t rows, int64_t keys, float scale, float* grad_scores,
+                             int lanes = 0);
+
+// out[r] = log Σ_j e^{x[r, j]} for a contiguous [rows, d] block.
+void log_sum_exp(const float* x, int64_t rows, int64_t d, float* out, int lanes = 0);
+
+// out[r, :] = scale[r] · (e^{x[r, :] − lse[r]} − one_hot(labels[r])); a negative label adds no
+// one-hot (scale 0 then zeroes the row).
+void softmax_minus_one_hot(const float* x, const float* lse, const int64_t* labels, const float* scale, int64_t rows, int64_t d, float* out,
+                           int lanes = 0);
+
+}  // namespace hyperparallel::models

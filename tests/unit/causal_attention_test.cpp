@@ -1,0 +1,117 @@
+// The tiled attention kernel (models/causal_attention.h) against the eager core written out
+// here with ATen's ops, as transformers computes it: outputs and the gradients of q, k and v,
+// with grouped KV heads, left and right padding (rows that see no key),
+// packed documents, cached keys (decoding) and sequences that are not a multiple of the tile.
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <ATen/ATen.h>
+
+#include "models/causal_attention.h"
+#include "models/decoder.h"
+#include "models/softmax_rows.h"
+
+namespace hp = hyperparallel;
+
+namespace {
+
+struct Case {
+  const char* name;
+  int64_t batch, kv_heads, groups, seq, past, dim;
+  bool padding, documents;
+};
+
+double max_abs(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+// The eager core on q [B, H, T, D], k, v [B, KV, S, D]; returns [B, H, T, D].
+at::Tensor eager_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scaling) {
+  const int64_t groups = q.size(1) / k.size(1);
+  const at::Tensor kr = k.repeat_interleave(groups, 1), vr = v.repeat_interleave(groups, 1);
+  const at::Tensor scores = at::matmul(q, kr.transpose(2, 3)) * scaling + mask;
+  return at::matmul(at::softmax(scores, -1, at::kFloat), vr);
+}
+
+at::Tensor case_mask(const Case& c) {
+  at::Tensor attention_mask, position_ids;
+  const int64_t keys = c.past + c.seq;
+  if (c.padding) {  // row 0 left-padded (its first positions see no key), the last row right-padded
+    attention_mask = at::ones({c.batch, keys}, at::kLong);
+    attention_mask[0].narrow(0, 0, std::min<int64_t>(keys - 1, c.past + 7)).zero_();
+    attention_mask[c.batch - 1].narrow(0, keys - 3, 3).zero_();
+  }
+  if (c.documents) {
+    position_ids = at::cat({at::arange(c.seq / 3), at::arange(c.seq - c.seq / 3)}).view({1, c.seq}).expand({c.batch, c.seq});
+  }
+  return hp::models::build_attention_mask(c.batch, c.seq, attention_mask, position_ids, c.documents, at::kFloat, c.past);
+}
+
+}  // namespace
+
+TEST(Models, CausalAttentionMatchesTheEagerCore) {
+  const Case cases[] = {
+      {"tiles, GQA, padding", 2, 2, 2, 300, 0, 16, true, false},
+      {"one tile, documents", 2, 1, 3, 40, 0, 8, false, true},
+      {"cached keys", 2, 2, 2, 5, 200, 16, true, false},
+      {"decoding one token", 3, 2, 1, 1, 130, 8, true, false},
+      {"exactly two tiles", 1, 2, 4, 256, 0, 32, false, true},
+  };
+  const double scaling = 0.3;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int64_t heads = c.kv_heads * c.groups, keys = c.past + c.seq;
+    const at::Tensor q = at::randn({c.batch, heads, c.seq, c.dim}).requires_grad_(true);
+    const at::Tensor k = at::randn({c.batch, c.kv_heads, keys, c.dim}).requires_grad_(true);
+    const at::Tensor v = at::randn({c.batch, c.kv_heads, keys, c.dim}).requires_grad_(true);
+    const at::Tensor mask = case_mask(c);
+    const at::Tensor expected = eager_core(q, k, v, mask, scaling);
+    // The kernel's row order: t * G + g per KV head.
+    const at::Tensor q_rows = q.view({c.batch, c.kv_heads, c.groups, c.seq, c.dim}).transpose(2, 3).reshape({c.batch, c.kv_heads, -1, c.dim});
+    const at::Tensor raw = hp::models::causal_attention(q_rows, k, v, mask, scaling);
+    const at::Tensor got = raw.view({c.batch, c.kv_heads, c.seq, c.groups, c.dim}).transpose(2, 3).reshape(expected.sizes());
+    EXPECT_LE(max_abs(got, expected), 1e-5);
+    const at::Tensor gy = at::randn(expected.sizes());
+    const auto want = torch::autograd::grad({expected}, {q, k, v}, {gy});
+    const auto have = torch::autograd::grad({got}, {q, k, v}, {gy});
+    for (size_t i = 0; i < 3; ++i) EXPECT_LE(max_abs(have[i], want[i]), 1e-4 * std::max(1.0, want[i].abs().max().item<double>())) << i;
+    // Without a graph the kernel keeps no probabilities and returns the same numbers.
+    at::NoGradGuard no_grad;
+    EXPECT_TRUE(hp::models::causal_attention(q_rows, k, v, mask, scaling).equal(raw.detach()));
+  }
+}
+
+// A left-padded row sees no key: the eager core spreads it uniformly over the whole row (every
+// key, future ones included), and so does the kernel, which computes such a tile unskipped.
+TEST(Models, CausalAttentionSpreadsARowWithNoVisibleKeyOverTheWholeRow) {
+  const Case c{"left padding", 1, 1, 1, 300, 0, 8, true, false};
+  const at::Tensor q = at::randn({1, 1, 300, 8}), k = at::randn({1, 1, 300, 8}), v = at::randn({1, 1, 300, 8});
+  const at::Tensor out = hp::models::causal_attention(q, k, v, case_mask(c), 0.5);
+  EXPECT_LE(max_abs(out[0][0][0], v[0][0].mean(0)), 1e-5);
+}
+
+// The row kernels at every vector width this CPU runs, against ATen's softmax and its backward:
+// row lengths under, at and over a vector, masked entries, a row with no visible entry, two rows
+// per mask row.
+TEST(Models, SoftmaxRowsMatchAtenAtEveryWidth) {
+  const float lowest = std::numeric_limits<float>::lowest();
+  for (const int lanes : hp::models::softmax_row_widths()) {
+    for (const int64_t keys : {1, 7, 16, 37, 512}) {
+      SCOPED_TRACE(std::to_string(lanes) + " lanes, " + std::to_string(keys) + " keys");
+      const int64_t rows = 6, per_mask_row = 2;
+      const at::Tensor scores = at::randn({rows, keys}) * 5;
+      at::Tensor mask = at::zeros({rows / per_mask_row, keys});
+      mask[0].narrow(0, keys / 2, keys - keys / 2).fill_(lowest);
+      mask[1].fill_(lowest);
+      const at::Tensor x = scores * 0.7f + mask.repeat_interleave(per_mask_row, 0);
+      const at::Tensor expected = at::softmax(x, -1);
+      at::Tensor probs = at::empty({rows, keys});
+      hp::models::scaled_masked_softmax(scores.data_ptr<float>(), rows, keys, 0.7f, mask.data_ptr<float>(), keys, per_mask_row,
+                                        probs.data_ptr<float>(), lanes);
+      EXPECT_LE(max_abs(probs, expected), 1e-6);
+      const at::Tensor grad = at::randn({rows, keys});
+      const at::Tensor expected_grad = at::_softmax_backward_data(grad, expected, -1, at::kFloat) * 0.7f;
+      at::Tensor got = grad.clone();  // in place, as the kernel's backward runs it
+      hp::models::scaled_softmax_backward(probs.data_ptr<float>(), got.data_ptr<float>(), rows, keys, 0.7f, got.data_ptr<float>(), lanes);
+      EXPECT_LE(max_abs(got, expected_grad), 1e-5 * std::max(1.0, expected_grad.abs().max().item<double>()));
+    }
+  }
+}
