@@ -31,7 +31,9 @@ class Attention : public AttentionModule, public ModuleSlots {
 };
 
 // The attention core on rotated q [B, H, T, D] and k, v [B, H_kv, K, D]: grouped kv heads
-// repeated, scores scaled and masked, softmax in fp32, times v; returns [B, T, H * D].
+// repeated, scores scaled and masked, softmax in fp32, times v; returns [B, T, H * D]. The mask
+// is the decoder's causal [B or 1, 1, T, K]; in fp32 the core runs as the tiled kernel
+// (causal_attention.h), which relies on that causal structure.
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scaling);
 // The same with the forward's inputs: through inputs.core for a sequence shard, else with inputs.mask.
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionInputs& inputs, double scaling);

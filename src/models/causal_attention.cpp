@@ -9,7 +9,6 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "softmax_rows.h"
 
@@ -26,9 +25,10 @@ struct Geometry {
 };
 
 Geometry geometry(const at::Tensor& q, const at::Tensor& k, int64_t seq) {
-  if (q.dim() != 4 || k.dim() != 4 || q.size(2) % seq != 0 || k.size(2) < seq) {
+  if (q.dim() != 4 || k.dim() != 4 || seq < 1 || q.size(2) % seq != 0 || k.size(2) < seq) {
     throw std::invalid_argument("causal_attention: q [B, KV, T*G, D] and k [B, KV, S >= T, D] for a mask of " + std::to_string(seq) +
-                                " query positions");
+                                " query positions; got q " + std::to_string(q.dim()) + "-d with " + std::to_string(q.size(2)) + " rows, k " +
+                                std::to_string(k.dim()) + "-d with " + std::to_string(k.size(2)) + " keys");
   }
   Geometry g{};
   g.batch = q.size(0);
@@ -149,11 +149,25 @@ variable_list attention_backward(const at::Tensor& q, const at::Tensor& k, const
   return {dq, dk, dv};
 }
 
+// The mask must be the decoder's [B or 1, 1, T, S] for these operands.
+void check_mask(const at::Tensor& mask, const Geometry& g) {
+  if (mask.size(1) != 1 || mask.size(3) != g.keys || (mask.size(0) != 1 && mask.size(0) != g.batch)) {
+    throw std::invalid_argument("causal_attention: the mask must be [B or 1, 1, T, " + std::to_string(g.keys) + "]; got [" +
+                                std::to_string(mask.size(0)) + ", " + std::to_string(mask.size(1)) + ", " + std::to_string(mask.size(2)) +
+                                ", " + std::to_string(mask.size(3)) + "]");
+  }
+}
+
+// k or v as the kernel reads them: each item's [S, D] rows packed (a narrow over keys, as
+// context parallelism passes, stays a view), else a contiguous copy.
+at::Tensor packed_rows(const at::Tensor& t) { return t.stride(3) == 1 && t.stride(2) == t.size(3) ? t : t.contiguous(); }
+
 struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                             const at::Tensor& mask, double scaling) {
-    const at::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous(), m = mask.contiguous();
+    const at::Tensor q = q_in.contiguous(), k = packed_rows(k_in), v = packed_rows(v_in), m = mask.contiguous();
     const Geometry g = geometry(q, k, mask.size(2));
+    check_mask(m, g);
     const at::Tensor wide = wide_blocks(m, g);
     const at::Tensor probs = at::empty({g.batch, g.kv_heads, g.rows, g.keys}, q.options());
     at::Tensor out = attention_forward(q, k, v, m, scaling, g, wide, probs);
@@ -177,14 +191,16 @@ struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFuncti
 }  // namespace
 
 bool causal_attention_supports(const at::Tensor& q, const at::Tensor& mask) {
-  return q.device().is_cpu() && q.scalar_type() == at::kFloat && mask.defined() && mask.scalar_type() == at::kFloat && mask.dim() == 4;
+  return q.device().is_cpu() && q.scalar_type() == at::kFloat && mask.defined() && mask.scalar_type() == at::kFloat && mask.dim() == 4 &&
+         mask.size(1) == 1 && mask.size(2) > 0;
 }
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scaling) {
   const bool needs_grad = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
   if (needs_grad) return CausalAttentionFunction::apply(q, k, v, mask, scaling);
-  const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous(), m = mask.contiguous();
+  const at::Tensor qc = q.contiguous(), kc = packed_rows(k), vc = packed_rows(v), m = mask.contiguous();
   const Geometry g = geometry(qc, kc, mask.size(2));
+  check_mask(m, g);
   return attention_forward(qc, kc, vc, m, scaling, g, wide_blocks(m, g), at::Tensor());
 }
 

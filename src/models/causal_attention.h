@@ -1,6 +1,6 @@
 // causal_attention: the attention core (scores = q kᵀ · scale + mask, softmax, times v) as one
-// kernel with its own backward, for fp32 on the CPU. Both Attention (the eager path) and
-// FusedQKVAttention run their core through it.
+// kernel with its own backward, for fp32 on the CPU. Attention (the eager path),
+// FusedQKVAttention and context parallelism's Ulysses and all-gather cores run through it.
 //
 // Why a kernel and not ATen's batched ops: LibTorch's CPU bmm without MKL runs one GEMM per
 // (batch, head) matrix, and every step between the two products (scale, mask add, softmax, and
@@ -22,17 +22,18 @@
 // are not kept).
 //
 // Layout: q is [B, KV, T * G, D], the G query heads of each KV head position-major (row
-// t * G + g); k and v [B, KV, S, D] with S = past + T; the mask is the additive [B, 1, T, S]
-// the decoder builds, and must be causal (a query at position t sees no key after past + t).
-// Returns [B, KV, T * G, D] in q's row order.
+// t * G + g); k and v [B, KV, S, D] with S = past + T (each item's [S, D] rows packed, other
+// strides are copied); the mask is the additive [B or 1, 1, T, S] the decoder builds, and must
+// be causal (a query at position t sees no key after past + t). Returns [B, KV, T * G, D] in
+// q's row order. The backward is first order only (no create_graph through it).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 namespace hyperparallel::models {
 
-// Whether causal_attention runs these operands (fp32 CPU q and a 4-d fp32 mask); others take
-// the eager ops.
+// Whether causal_attention runs these operands (fp32 CPU q, an fp32 [B or 1, 1, T >= 1, S]
+// mask); others take the eager ops.
 bool causal_attention_supports(const at::Tensor& q, const at::Tensor& mask);
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scaling);

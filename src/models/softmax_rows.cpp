@@ -62,9 +62,10 @@ struct Lanes {
     for (int l = 0; l < kLanes; ++l) s += v[l];
     return s;
   }
-  // e^x for x <= 0 (a score minus its row's maximum): Cephes' expf, 2^n p(r); 0 below -87.
+  // e^x for x <= 0 (a score minus its row's maximum): Cephes' expf, 2^n p(r); 0 below -87,
+  // NaN for NaN (the clamp keeps it: a comparison with NaN is false).
   static HP_INLINE Floats exp_nonpositive(Floats x) {
-    const Floats clamped = max(x, splat(-87.0f));
+    const Floats clamped = x < -87.0f ? splat(-87.0f) : x;
     const Floats fx = clamped * 1.44269504088896341f + 0.5f;
     Ints n = __builtin_convertvector(fx, Ints);      // rounds toward zero ...
     n += (__builtin_convertvector(n, Floats) > fx);  // ... minus one where that rounded up: floor

@@ -8,8 +8,8 @@
 // (within 2 ulp of expf) on the widest vectors the CPU has: 16 lanes with AVX-512, 8 with
 // AVX2 + FMA, 4 otherwise, picked per call from the CPU's flags. Sums and maxima run in those
 // lanes and add up once at the end of the row, as ATen's vectorised softmax does; fp32
-// throughout. A score e^-87 or more below its row's maximum gets exactly zero weight, as a
-// masked one (the mask's dtype-lowest value) does in the eager core.
+// throughout. A score 87 or more below its row's maximum gets exactly zero weight, as a
+// masked one (the mask's dtype-lowest value) does in the eager core; a NaN makes its row NaN.
 #pragma once
 
 #include <cstdint>

@@ -115,3 +115,52 @@ TEST(Models, SoftmaxRowsMatchAtenAtEveryWidth) {
     }
   }
 }
+
+// Context parallelism's use: keys narrowed out of a longer tensor (a view, not packed per
+// batch) and one mask row shared by the whole batch.
+TEST(Models, CausalAttentionTakesNarrowedKeysAndABroadcastMask) {
+  const int64_t batch = 2, kv_heads = 2, groups = 2, seq = 40, past = 10, dim = 8;
+  const at::Tensor q = at::randn({batch, kv_heads * groups, seq, dim}).requires_grad_(true);
+  const at::Tensor k_all = at::randn({batch, kv_heads, 60, dim}).requires_grad_(true);
+  const at::Tensor v_all = at::randn({batch, kv_heads, 60, dim}).requires_grad_(true);
+  const at::Tensor k = k_all.narrow(2, 0, past + seq), v = v_all.narrow(2, 0, past + seq);
+  const at::Tensor mask = hp::models::build_attention_mask(1, seq, at::Tensor(), at::Tensor(), false, at::kFloat, past);
+  ASSERT_EQ(mask.size(0), 1);
+  const at::Tensor expected = eager_core(q, k, v, mask, 0.25);
+  const at::Tensor q_rows = q.view({batch, kv_heads, groups, seq, dim}).transpose(2, 3).reshape({batch, kv_heads, -1, dim});
+  const at::Tensor got = hp::models::causal_attention(q_rows, k, v, mask, 0.25)
+                             .view({batch, kv_heads, seq, groups, dim})
+                             .transpose(2, 3)
+                             .reshape(expected.sizes());
+  EXPECT_LE(max_abs(got, expected), 1e-5);
+  const at::Tensor gy = at::randn(expected.sizes());
+  const auto want = torch::autograd::grad({expected}, {q, k_all, v_all}, {gy});
+  const auto have = torch::autograd::grad({got}, {q, k_all, v_all}, {gy});
+  for (size_t i = 0; i < 3; ++i) EXPECT_LE(max_abs(have[i], want[i]), 1e-4 * std::max(1.0, want[i].abs().max().item<double>())) << i;
+}
+
+TEST(Models, CausalAttentionRefusesAMaskOfOtherShape) {
+  const at::Tensor q = at::randn({1, 1, 8, 4}), k = at::randn({1, 1, 8, 4});
+  const at::Tensor wide_mask = at::zeros({1, 1, 8, 9});
+  EXPECT_FALSE(hp::models::causal_attention_supports(q, at::zeros({1, 2, 8, 8})));  // per-head masks take the eager ops
+  try {
+    hp::models::causal_attention(q, k, k, wide_mask, 1.0);
+    ADD_FAILURE() << "a mask over 9 keys accepted for 8";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("the mask must be [B or 1, 1, T, 8]; got [1, 1, 8, 9]"), std::string::npos) << e.what();
+  }
+}
+
+// A NaN score makes its row NaN (a diverging run shows it), and only its row.
+TEST(Models, SoftmaxRowsKeepNaN) {
+  for (const int lanes : hp::models::softmax_row_widths()) {
+    SCOPED_TRACE(lanes);
+    at::Tensor scores = at::randn({2, 37});
+    scores[0][20] = std::numeric_limits<float>::quiet_NaN();
+    const at::Tensor mask = at::zeros({2, 37});
+    at::Tensor probs = at::empty({2, 37});
+    hp::models::scaled_masked_softmax(scores.data_ptr<float>(), 2, 37, 1.0f, mask.data_ptr<float>(), 37, 1, probs.data_ptr<float>(), lanes);
+    EXPECT_TRUE(probs[0].isnan().all().item<bool>());
+    EXPECT_FALSE(probs[1].isnan().any().item<bool>());
+  }
+}

@@ -70,3 +70,9 @@ TEST(Models, CrossEntropyRowsMatchAtenAtEveryWidth) {
     }
   }
 }
+
+TEST(Models, CrossEntropySumKeepsNaN) {
+  at::Tensor logits = at::randn({3, 40});
+  logits[1][7] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(hp::models::cross_entropy_sum(logits, at::tensor(std::vector<int64_t>{1, 2, 3})).item<double>()));
+}
