@@ -4,8 +4,10 @@ Run through the launcher (torch.distributed.run is broken on Debian's Python 3.1
   build/hyperparallel run --nproc-per-node 2 -- /usr/bin/python3 benchmarks/torch_ddp_bench.py
 Prints: RESULT mode=torch_ddp ... step_ms=...
 """
+import os
 import resource
 import sys
+import tempfile
 import time
 
 import torch
@@ -42,7 +44,11 @@ class BenchLM(nn.Module):
 
 def main():
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 6
-    dist.init_process_group("gloo", init_method="env://")
+    # The launcher's own store already listens on MASTER_PORT (it hands rank 0 the socket), so
+    # PyTorch's TCP store cannot bind it: rendezvous through a file named after that port.
+    rendezvous = os.path.join(tempfile.gettempdir(), f"hp_torch_ddp_{os.environ['MASTER_PORT']}")
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=int(os.environ["RANK"]),
+                            world_size=int(os.environ["WORLD_SIZE"]))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(BenchLM())
@@ -67,6 +73,9 @@ def main():
         print(f"RESULT mode=torch_ddp ranks={world} step_ms={times[len(times) // 2] * 1e3:.1f} rss_mb={rss.item():.0f}",
               flush=True)
     dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0 and os.path.exists(rendezvous):
+        os.remove(rendezvous)
 
 
 if __name__ == "__main__":
