@@ -43,18 +43,6 @@ at::Tensor ungroup_queries(const at::Tensor& qg, int64_t heads) {
   return qg.reshape({batch, heads, qg.size(2) / (heads / kv_heads), dim});
 }
 
-// One query chunk through models::causal_attention: its rows position-major, an additive mask.
-at::Tensor tiled_causal_attention(const at::Tensor& qg, const at::Tensor& k, const at::Tensor& v, const at::Tensor& hidden, int64_t heads,
-                                  double scaling) {
-  const int64_t batch = qg.size(0), kv_heads = qg.size(1), dim = qg.size(3), groups = heads / kv_heads, chunk = qg.size(2) / groups;
-  const at::Tensor rows = qg.view({batch, kv_heads, groups, chunk, dim}).transpose(2, 3).reshape({batch, kv_heads, chunk * groups, dim});
-  const at::Tensor mask = at::zeros(hidden.sizes(), qg.options()).masked_fill_(hidden, models::masked_score(qg.scalar_type()));
-  return models::causal_attention(rows, k, v, mask, scaling)
-      .view({batch, kv_heads, chunk, groups, dim})
-      .transpose(2, 3)
-      .reshape({batch, heads, chunk, dim});
-}
-
 at::Tensor causal_attention(const at::Tensor& q, const std::vector<int64_t>& q_starts, const at::Tensor& k, const at::Tensor& v,
                             int64_t chunk, const models::SequenceShard& shard, double scaling) {
   const int64_t batch = q.size(0), heads = q.size(1), kv_heads = k.size(1), groups = heads / kv_heads;
@@ -62,13 +50,15 @@ at::Tensor causal_attention(const at::Tensor& q, const std::vector<int64_t>& q_s
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < q_starts.size(); ++i) {
     const int64_t keys = q_starts[i] + chunk;  // every key at or before this chunk's last query
-    const at::Tensor qg = group_queries(q.narrow(2, static_cast<int64_t>(i) * chunk, chunk), kv_heads);
+    const at::Tensor q_chunk = q.narrow(2, static_cast<int64_t>(i) * chunk, chunk);
     const at::Tensor kc = k.narrow(2, 0, keys), vc = v.narrow(2, 0, keys);
     const at::Tensor hidden = visible_keys(shard, range(q_starts[i], chunk), range(0, keys)).logical_not();
     if (q.device().is_cpu() && q.scalar_type() == at::kFloat) {  // the models' tiled kernel; keys before the chunk are its "past"
-      outs.push_back(tiled_causal_attention(qg, kc, vc, hidden, heads, scaling));
+      const at::Tensor mask = at::zeros(hidden.sizes(), q.options()).masked_fill_(hidden, lowest);
+      outs.push_back(models::causal_attention_heads(q_chunk, kc, vc, mask, scaling).transpose(1, 2));
       continue;
     }
+    const at::Tensor qg = group_queries(q_chunk, kv_heads);
     const at::Tensor scores = (at::matmul(qg, kc.transpose(2, 3)) * scaling)
                                   .view({batch, kv_heads, groups, chunk, keys})
                                   .masked_fill(for_groups(hidden), lowest);

@@ -67,12 +67,7 @@ at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k_in, const at:
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), head_dim = q.size(3);
   const int64_t kv_heads = k_in.size(1), keys = k_in.size(2);
   if (causal_attention_supports(q, mask)) {  // the same function, tiled (causal_attention.h)
-    const int64_t groups = heads / kv_heads;
-    const at::Tensor rows = q.reshape({batch, kv_heads, groups, seq, head_dim}).transpose(2, 3).reshape({batch, kv_heads, seq * groups, head_dim});
-    return causal_attention(rows, k_in, v_in, mask, scaling)
-        .view({batch, kv_heads, seq, groups, head_dim})
-        .permute({0, 2, 1, 3, 4})
-        .reshape({batch, seq, heads * head_dim});
+    return causal_attention_heads(q, k_in, v_in, mask, scaling).view({batch, seq, heads * head_dim});
   }
   at::Tensor k = k_in, v = v_in;
   if (kv_heads != heads) {  // transformers' repeat_kv

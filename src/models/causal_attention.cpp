@@ -204,4 +204,13 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return attention_forward(qc, kc, vc, m, scaling, g, wide_blocks(m, g), at::Tensor());
 }
 
+at::Tensor causal_attention_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scaling) {
+  const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), dim = q.size(3), kv_heads = k.size(1), groups = heads / kv_heads;
+  const at::Tensor rows = q.reshape({batch, kv_heads, groups, seq, dim}).transpose(2, 3).reshape({batch, kv_heads, seq * groups, dim});
+  return causal_attention(rows, k, v, mask, scaling)
+      .view({batch, kv_heads, seq, groups, dim})
+      .permute({0, 2, 1, 3, 4})
+      .reshape({batch, seq, heads, dim});
+}
+
 }  // namespace hyperparallel::models

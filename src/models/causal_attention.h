@@ -38,4 +38,8 @@ bool causal_attention_supports(const at::Tensor& q, const at::Tensor& mask);
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scaling);
 
+// The same on q [B, H, T, D] in head order (query head h on KV head h / G), as the eager path
+// and context parallelism hold it; returns [B, T, H, D], the layout the output projection reads.
+at::Tensor causal_attention_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scaling);
+
 }  // namespace hyperparallel::models
