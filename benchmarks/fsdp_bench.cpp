@@ -7,6 +7,8 @@
 //                 buckets overlapped with backward, as c10d's Reducer does (bucketed_ddp.h)
 //   fsdp_unfused  fully_shard per block + root, one collective per parameter
 //   fsdp          fully_shard, fused collectives, prefetch 1, reduce-scatter overlapped
+//   fsdp_keep     the same with reshard_after_forward=false: the blocks stay gathered from
+//                 forward to backward (one all-gather each; DDP's bytes, sharded optimizer)
 // `fsdp_bench MODE STEPS --trace FILE` also writes a Chrome trace of the last two steps
 // (compute spans per unit, each collective from issue to completion, time blocked in wait).
 // Prints one line: RESULT mode=... step_ms=... exposed=... rss_mb=... bytes_mb=... exact_mb=...
@@ -59,11 +61,14 @@ int main(int argc, char** argv) {
   // scatter once; the root keeps its parameters through backward, so it gathers once.
   double exact_bytes = 0;
   std::optional<hp::fsdp::FSDPModule> root;
-  if (mode == "fsdp" || mode == "fsdp_unfused") {
+  if (mode == "fsdp" || mode == "fsdp_unfused" || mode == "fsdp_keep") {
     hp::fsdp::FullyShardOptions options;
     options.mesh = mesh;
-    options.comm_fusion = mode == "fsdp";
-    for (auto& b : model->blocks) exact_bytes += 3.0 * (n - 1) * hp::fsdp::fully_shard(*b, options).sharded_numel() * 4;
+    options.comm_fusion = mode != "fsdp_unfused";
+    // fsdp_keep keeps the gathered blocks from forward to backward: one all-gather per block.
+    options.reshard_after_forward = mode != "fsdp_keep";
+    const double block_collectives = mode == "fsdp_keep" ? 2.0 : 3.0;
+    for (auto& b : model->blocks) exact_bytes += block_collectives * (n - 1) * hp::fsdp::fully_shard(*b, options).sharded_numel() * 4;
     root = hp::fsdp::fully_shard(*model, options);
     exact_bytes += 2.0 * (n - 1) * root->sharded_numel() * 4;
   }
@@ -85,9 +90,9 @@ int main(int argc, char** argv) {
       if (root) root->set_trace(trace);
       comm->set_trace(trace);
     }
-    const double wait_before = comm->wait_seconds();
     at::Tensor seq = at::randint(0, kVocab, {kBatch, kSeq + 1}, gen, at::TensorOptions().dtype(at::kLong));
     world->barrier().wait();
+    const double wait_before = comm->wait_seconds();  // after the barrier: it is not part of the step
     const auto t0 = std::chrono::steady_clock::now();
     at::Tensor logits = model->forward(seq.narrow(1, 0, kSeq));
     at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, kVocab}), seq.narrow(1, 1, kSeq).reshape({-1}));
@@ -108,10 +113,11 @@ int main(int argc, char** argv) {
   double total = 0;
   for (double t : times) total += t;
   const auto traffic = comm->counters() - bytes_before;
-  // FSDP's textbook traffic: all-gather in forward and backward plus a reduce-scatter, each
-  // moving (n-1)/n of the fp32 parameters per rank; DDP's: one all-reduce, 2 (n-1)/n.
+  // FSDP's textbook traffic: all-gather in forward and backward (forward only for fsdp_keep)
+  // plus a reduce-scatter, each moving (n-1)/n of the fp32 parameters per rank; DDP's: one
+  // all-reduce, 2 (n-1)/n.
   const double param_bytes = static_cast<double>(numel) * 4;
-  const double textbook = mode == "ddp" ? 2.0 * (n - 1) / n * param_bytes : 3.0 * (n - 1) / n * param_bytes;
+  const double textbook = mode == "ddp" || mode == "fsdp_keep" ? 2.0 * (n - 1) / n * param_bytes : 3.0 * (n - 1) / n * param_bytes;
   at::Tensor rss = at::tensor({hp::benchmarks::peak_rss_mb()}, at::kDouble);
   world->all_reduce(rss, hp::comm::ReduceOp::kMax).wait();
   if (world->rank() == 0) {

@@ -12,7 +12,7 @@ launches=${LAUNCHES:-5}
 run="$build/hyperparallel run --no-prefix"
 bench_header
 modes=(single "$run --nproc-per-node 1 -- $build/fsdp_bench single $steps")
-for mode in ddp fsdp_unfused fsdp; do
+for mode in ddp fsdp_unfused fsdp fsdp_keep; do
   modes+=("$mode" "$run --nproc-per-node 2 -- $build/fsdp_bench $mode $steps")
 done
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
@@ -23,5 +23,7 @@ fi
 interleave "$launches" "${modes[@]}"
 ratio fsdp torch_ddp
 ratio fsdp ddp
+ratio fsdp_keep torch_ddp
+ratio fsdp_keep ddp
 ratio ddp torch_ddp
 bench_footer

@@ -19,17 +19,18 @@ void FSDPRoot::prefetch(FSDPUnit* unit, const std::optional<std::vector<FSDPUnit
     for (FSDPUnit* other : *explicit_list) other->unshard_async();
     return;
   }
-  const int at = position(unit);
-  for (int d = 1; at >= 0 && d <= depth; ++d) {
+  // The root runs first and is not in the recorded order: it stands before the first unit.
+  const int at = unit->is_root() ? -1 : position(unit);
+  if (at < 0 && !unit->is_root()) return;
+  for (int d = 1; d <= depth; ++d) {
     const int other = at + direction * d;
     if (other >= 0 && other < static_cast<int>(forward_order_.size())) forward_order_[other]->unshard_async();
   }
 }
 
 void FSDPRoot::on_pre_forward(FSDPUnit* unit) {
-  if (unit->is_root()) return;
   if (!order_final_) {
-    if (position(unit) < 0) forward_order_.push_back(unit);
+    if (!unit->is_root() && position(unit) < 0) forward_order_.push_back(unit);
     return;  // no prefetch before the order is known
   }
   prefetch(unit, unit->settings().forward_prefetch, unit->settings().forward_prefetch_depth, +1);

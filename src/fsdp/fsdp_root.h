@@ -2,8 +2,9 @@
 // (the root), which adopts every unit below it.
 //
 // It records the units' forward order in the first step and uses it to prefetch: when a
-// unit starts forward, the next `forward_prefetch_depth` units' all-gathers are issued; when
-// a unit starts backward, the previous ones'. It queues one autograd-engine callback per
+// unit starts forward, the next `forward_prefetch_depth` units' all-gathers are issued (the
+// root's forward issues the first units', so the first block's gather overlaps the embedding
+// instead of waiting in its own pre-forward); when a unit starts backward, the previous ones'. It queues one autograd-engine callback per
 // backward that finishes every unit (waits for the reduce-scatters, points gradients at the
 // shards). It owns the warm memory pool and counts live unsharded units for the memory bound.
 #pragma once

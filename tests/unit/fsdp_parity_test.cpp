@@ -14,7 +14,6 @@
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/fsdp/module_hooks.h"
 #include "hyperparallel/mesh/device_mesh.h"
-#include "hyperparallel/platform/trace.h"
 #include "hyperparallel/platform/user_error.h"
 #include "support/multiprocess.h"
 #include "support/toy_lm.h"
@@ -516,32 +515,6 @@ TEST(FsdpShards, OptimizerStateIsShardedWithTheParameters) {
     ctx.world->all_reduce(sums).wait();
     EXPECT_EQ(sums[0].item<int64_t>(), total);
     EXPECT_EQ(sums[1].item<int64_t>(), 2 * total);
-  });
-}
-
-TEST(FsdpShards, TraceRecordsComputeAndCollectivesOfEveryUnit) {
-  testing::run_on_ranks(2, [](testing::RankContext& ctx) {
-    auto mesh = mesh::init_device_mesh(ctx.world, "cpu", {2}, {"dp_shard"});
-    auto model = make_model();
-    fsdp::FullyShardOptions options;
-    options.mesh = mesh;
-    for (auto& b : model->blocks) fsdp::fully_shard(*b, options);
-    auto root = fsdp::fully_shard(*model, options);
-    auto trace = std::make_shared<platform::TraceRecorder>();
-    root.set_trace(trace);
-    auto [tokens, targets] = global_batch(0);
-    loss_of(*model, tokens.narrow(0, ctx.rank * 6, 6), targets.narrow(0, ctx.rank * 6, 6)).backward();
-    const std::string json = trace->json_events(ctx.rank);
-    for (const char* name : {"forward root", "forward layers0", "forward layers2", "backward layers1", "backward root",
-                             // A 1-D mesh over every rank shares the world's cached group.
-                             "all_gather on group 'world'", "reduce_scatter on group 'world'",
-                             "wait all_gather on group 'world'"}) {
-      EXPECT_NE(json.find(std::string("\"name\":\"") + name + "\""), std::string::npos) << name;
-    }
-    EXPECT_NE(json.find("\"pid\":" + std::to_string(ctx.rank)), std::string::npos);
-    // 4 units: forward + backward each; 2 all-gathers per block + 1 for the root, 4
-    // reduce-scatters: each with a comm span and a wait span.
-    EXPECT_EQ(trace->size(), 8u + 2u * (7u + 4u));
   });
 }
 
