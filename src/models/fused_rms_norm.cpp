@@ -135,6 +135,13 @@ at::Tensor FusedRMSNorm::forward(const at::Tensor& x) {
   if (x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && x.numel() > 0) {
     return RmsNormFunction::apply(x, weight, eps);
   }
+  // bf16 (mixed precision computes in it): the fp32 kernels between one cast in and one out,
+  // forward and backward, in place of the reference's casts and seven bf16/fp32 passes. The
+  // output is rounded to bf16 once (the reference rounds the normalised row, then its product
+  // with the weight), so it agrees with the reference to bf16 rounding, not bit for bit.
+  if (x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 && x.numel() > 0) {
+    return RmsNormFunction::apply(x.to(at::kFloat), weight.to(at::kFloat), eps).to(at::kBFloat16);
+  }
   const at::Tensor h = x.to(at::kFloat);
   return weight * (h * at::rsqrt(h.pow(2).mean(-1, true) + eps)).to(x.scalar_type());
 }

@@ -2,7 +2,8 @@
 // function), instead of the seven tensor operations and temporaries of the reference; its row
 // kernels are compiled per instruction set and picked at load (fused_rms_norm.cpp).
 // It adopts the original norm's weight (same tensor, same name) and, for fp32 inputs and
-// weights, computes the same function to rounding; other dtypes take the reference path.
+// weights, computes the same function to rounding; bf16 runs the fp32 kernels between casts
+// (agreeing with the reference to bf16 rounding); other dtypes take the reference path.
 #pragma once
 
 #include <memory>

@@ -226,6 +226,30 @@ TEST(Models, FusedRmsNormMatchesTheReferenceAtAnyWidth) {
   }
 }
 
+// bf16 (mixed precision): the fused norm runs its fp32 kernels between casts; output and
+// gradients agree with the reference's bf16 computation to a few bf16 roundings.
+TEST(Models, FusedRmsNormInBf16AgreesWithTheReferenceToBf16Rounding) {
+  hp::models::ParamFactory factory(false, 3, 0.02, at::kBFloat16);
+  hp::models::RMSNorm reference("Qwen3RMSNorm", 512, 1e-6, factory);
+  reference.weight.data().uniform_(0.5, 1.5);
+  hp::models::FusedRMSNorm fused(reference);
+  const at::Tensor x = at::randn({2, 300, 512}).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor gy = at::randn({2, 300, 512}).to(at::kBFloat16);
+  const at::Tensor y_ref = reference.forward(x), y = fused.forward(x);
+  ASSERT_EQ(y.scalar_type(), at::kBFloat16);
+  // bf16 keeps 8 bits of mantissa: one rounding is up to 2^-8 of the value.
+  EXPECT_LE(max_abs(y.to(at::kFloat), y_ref.to(at::kFloat)), 2.0 / 256 * y_ref.abs().max().item<double>());
+  const auto grads_ref = torch::autograd::grad({y_ref}, {x, reference.weight}, {gy});
+  const auto grads = torch::autograd::grad({y}, {x, fused.weight}, {gy});
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(grads[i].scalar_type(), at::kBFloat16) << i;
+    const at::Tensor g = grads[i].to(at::kFloat), g_ref = grads_ref[i].to(at::kFloat);
+    // Relative to the gradient's norm: the reference sums the weight gradient over 600 rows in
+    // bf16 products, so single elements carry its rounding.
+    EXPECT_LE((g - g_ref).norm().item<double>(), 2e-2 * g_ref.norm().item<double>()) << i;
+  }
+}
+
 TEST(Models, FusedAttentionMatchesAtLongSequencesWithPaddingAndPacking) {
   // Long enough for the causal query blocks (>= 512 positions), with right padding (as the
   // trainer pads) in one row and two packed documents in the other.
