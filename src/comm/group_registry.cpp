@@ -56,6 +56,12 @@ std::shared_ptr<Communicator> GroupRegistry::get_or_create(const std::vector<int
   try {
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
         prefixed, impl->rank, static_cast<int>(global_ranks.size()), options);
+    // No member returns before every member has connected. Without this a fast member could
+    // finish its work, drop the group and close its sockets while a slower one was still
+    // connecting, which the slower one reports as "connection closed by peer" (c10d's
+    // new_group ends with a store-based barrier for the same reason). The barrier goes to the
+    // c10d group directly, so the group's collective counters start at zero.
+    impl->group->barrier()->wait();
   } catch (const std::exception& e) {
     throw CommError("creating group '" + name + "' [" + list.str() + "] failed: " + e.what());
   }

@@ -4,7 +4,9 @@
 // world. A group's store keys live under "hp/group/<ranks>/<generation>": only the members
 // rendezvous, and a group created again after the last holder dropped it gets a fresh
 // generation so it never reads the previous group's keys. Members must create groups in the
-// same order (as with c10d's new_group), which SPMD programs do.
+// same order (as with c10d's new_group), which SPMD programs do. Creation ends with a barrier
+// over the new group, so no member can drop it (closing its sockets) while another is still
+// connecting.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>

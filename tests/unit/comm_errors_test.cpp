@@ -1,5 +1,6 @@
 // Bad arguments fail before anything is issued, with a message naming the problem and the
-// fix; a collective that a peer never joins fails with CommError after the timeout.
+// fix; a collective that a peer never joins fails with CommError after the timeout; a group a
+// member drops at once does not break the others still connecting.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -81,6 +82,18 @@ TEST(CommErrors, ACollectiveAPeerNeverJoinsTimesOut) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));
       c.all_reduce(t).wait();  // completes the one rank 0 gave up waiting for
     }
+  });
+}
+
+// A member may drop a group the moment it has it: creation ends only when every member has
+// connected, so a slower member never finds its peer's sockets already closed.
+TEST(CommErrors, AGroupDroppedAtOnceNeverBreaksAMemberStillConnecting) {
+  testing::run_on_ranks(4, [](testing::RankContext& ctx) {
+    const int base = ctx.rank - ctx.rank % 2;
+    for (int i = 0; i < 25; ++i) {
+      auto pair = ctx.world->group({base, base + 1}, "pair");
+      EXPECT_EQ(pair->size(), 2);
+    }  // each drop gives the next creation a fresh generation
   });
 }
 
