@@ -27,7 +27,7 @@ struct RankContext {
 };
 
 struct MultiProcessOptions {
-  std::chrono::seconds time_limit{120};
+  std::chrono::seconds time_limit{120};  // against a hang; stretched 3x in a sanitizer build
   // How the ranks find each other: "torchrun" (default), "openmpi" or "slurm"; the ranks
   // rewrite their environment into that launcher's variables before the rendezvous.
   // "torchrun_agent": torchrun with its agent's store on HP_TEST_AGENT_PORT (set it in env).

@@ -104,7 +104,8 @@ TEST(Optimizers, FusedAdamWEqualsTorchAdamW) {
 }
 
 // 12 steps with the moments in a file, then the same 12 in memory: bit-identical, and the
-// file's 48 MiB of moments are not resident after a step while the in-memory ones are.
+// file's 48 MiB of moments are not resident after a step while the in-memory ones are (measured
+// 48.1 vs 0.4 MiB of growth; with ASan 60.0 vs 12.0).
 TEST(Optimizers, OffloadedMomentsAreBitIdenticalAndLeaveTheResidentSet) {
   const std::vector<std::vector<int64_t>> shapes{{2048, 2048}, {1024, 2048}, {4096}, {3, 5}};
   const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
@@ -140,8 +141,10 @@ TEST(Optimizers, OffloadedMomentsAreBitIdenticalAndLeaveTheResidentSet) {
   const Result in_memory = run(false);
   std::printf("resident growth over the first step: in memory %.1f MiB, offloaded %.1f MiB\n", in_memory.resident_growth,
               offloaded.resident_growth);
+  // Measured as the difference between the runs: under ASan both grow by the shadow of every
+  // page the step touches (about 12 MiB here, file pages included), which is not the moments.
   EXPECT_GT(in_memory.resident_growth, 0.8 * 48);  // 2 x 6 M floats of moments
-  EXPECT_LT(offloaded.resident_growth, 8.0);
+  EXPECT_GT(in_memory.resident_growth - offloaded.resident_growth, 0.8 * 48);
   for (size_t i = 0; i < shapes.size(); ++i) {
     EXPECT_TRUE(in_memory.params[i].equal(offloaded.params[i])) << i;
     const auto state = [&](const Result& r) -> const torch::optim::AdamWParamState& {

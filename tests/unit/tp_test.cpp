@@ -129,10 +129,15 @@ Layout tp_only(int64_t tp, bool sp, bool lp = false) {
   return l;
 }
 
-TEST(TensorParallel, Tp2WithSequenceAndLossParallelTrainsLikeOneProcess) {
+TEST(TensorParallel, Tp2AndTp2WithSequenceParallelTrainLikeOneProcess) {
   testing::run_on_ranks(2, [](testing::RankContext& ctx) {
     expect_matches_one_process(ctx, tp_only(2, false), 20);
     expect_matches_one_process(ctx, tp_only(2, true), 20);
+  });
+}
+
+TEST(TensorParallel, Tp2WithLossParallelTrainsLikeOneProcess) {
+  testing::run_on_ranks(2, [](testing::RankContext& ctx) {
     expect_matches_one_process(ctx, tp_only(2, false, true), 20);
     expect_matches_one_process(ctx, tp_only(2, true, true), 20);
     // Row-parallel biases on a sequence-sharded output: their gradient is summed over tp.
