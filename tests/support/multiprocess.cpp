@@ -19,7 +19,7 @@ constexpr const char* kCallVar = "HP_TEST_RANKS_CALL";
 // The time limit guards against a hang, not a slow run: instrumented code runs 2.5-4x slower
 // (TensorParallel's 2-rank parity tests: 49 s under ASan + UBSan alone, over 120 s beside a
 // 4-rank suite on 2 cores), so a sanitizer build stretches every limit by this factor.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(HP_SANITIZE_BUILD)
 constexpr int kTimeLimitScale = 3;
 #else
 constexpr int kTimeLimitScale = 1;

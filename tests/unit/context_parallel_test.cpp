@@ -226,7 +226,7 @@ double attention_peak_mb(const testing::RankContext* ctx, const std::string& alg
 // Attention activations per rank fall with cp: [T x T] scores at cp 1, about 1/cp of them
 // with all-gather and Ulysses, and ring keeps only q, k, v, output and log-sum-exp.
 TEST(ContextParallelWide, PeakMemoryPerRankFallsWithCp) {
-#ifdef __SANITIZE_ADDRESS__
+#ifdef HP_SANITIZE_BUILD  // tests/CMakeLists.txt
   GTEST_SKIP() << "ASan's allocator keeps freed memory in quarantine: RSS does not follow live tensors";
 #endif
   const double plain = attention_peak_mb(nullptr, "");

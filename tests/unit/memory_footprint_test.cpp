@@ -108,12 +108,8 @@ Footprint measure(const std::string& mode, const std::string& dir) {
 }
 
 TEST(MemoryFootprint, EachFeatureCutsWhatItPromises) {
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef HP_SANITIZE_BUILD  // tests/CMakeLists.txt
   GTEST_SKIP() << "AddressSanitizer holds freed memory back: RSS does not follow the tensors";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  GTEST_SKIP() << "AddressSanitizer holds freed memory back: RSS does not follow the tensors";
-#endif
 #endif
   const std::string dir = testing::trainer_runs::temp_dir("memory_footprint");
   std::filesystem::create_directories(dir);
