@@ -15,6 +15,7 @@ namespace hyperparallel::testing {
 namespace {
 
 constexpr const char* kCallVar = "HP_TEST_RANKS_CALL";
+constexpr const char* kStyleVar = "HP_TEST_RENDEZVOUS";
 
 // The time limit guards against a hang, not a slow run: instrumented code runs 2.5-4x slower
 // (TensorParallel's 2-rank parity tests: 49 s under ASan + UBSan alone, over 120 s beside a
@@ -24,7 +25,6 @@ constexpr int kTimeLimitScale = 3;
 #else
 constexpr int kTimeLimitScale = 1;
 #endif
-constexpr const char* kStyleVar = "HP_TEST_RENDEZVOUS";
 
 std::string current_test_name() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
