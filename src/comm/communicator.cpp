@@ -97,6 +97,14 @@ void WirePendingWork::complete(std::optional<std::chrono::milliseconds> timeout)
   } account{*this, std::chrono::steady_clock::now()};
   const auto limit = timeout.value_or(default_timeout_);
   const auto deadline = std::chrono::steady_clock::now() + limit;
+  if (posted_.valid()) {
+    if (posted_.wait_until(deadline) != std::future_status::ready) {
+      throw CommError(what_ + " failed: its transfers were not posted within " + std::to_string(limit.count()) +
+                      " ms (a peer may have exited, or is not calling the same collective)");
+    }
+    works_ = posted_.get();  // rethrows what posting threw (a CommError from issue())
+    posted_ = {};
+  }
   for (auto& work : works_) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     try {
@@ -116,6 +124,15 @@ void WirePendingWork::complete(std::optional<std::chrono::milliseconds> timeout)
 }
 
 bool WirePendingWork::is_completed() {
+  if (posted_.valid()) {
+    if (posted_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+    try {
+      works_ = posted_.get();
+    } catch (...) {
+      return true;  // posting failed: wait() reports it
+    }
+    posted_ = {};
+  }
   for (auto& work : works_) {
     if (!work->isCompleted()) return false;
   }
@@ -211,17 +228,31 @@ auto issue(const Communicator::Impl& impl, const std::string& what, Start&& star
   }
 }
 
-// `finish_uses_wire`: the finishing step issues more transfers, so it runs in issue order
-// (OrderedFinishes).
-CommHandle make_handle(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish,
-                       const std::string& what, const Communicator::Impl& impl, bool finish_uses_wire = false) {
+std::unique_ptr<WirePendingWork> make_wire_work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish,
+                                                const std::string& what, const Communicator::Impl& impl) {
   std::function<std::string()> diagnose;
   if (impl.registry && impl.registry->liveness()) {
     diagnose = [liveness = impl.registry->liveness(), ranks = impl.global_ranks] { return liveness->describe_unresponsive(ranks); };
   }
-  auto work = std::make_unique<WirePendingWork>(std::move(works), std::move(finish), what, impl.options.timeout,
-                                                impl.wait_ns, impl.trace, std::move(diagnose));
+  return std::make_unique<WirePendingWork>(std::move(works), std::move(finish), what, impl.options.timeout, impl.wait_ns,
+                                           impl.trace, std::move(diagnose));
+}
+
+// `finish_uses_wire`: the finishing step issues more transfers, so it runs in issue order
+// (OrderedFinishes).
+CommHandle make_handle(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish,
+                       const std::string& what, const Communicator::Impl& impl, bool finish_uses_wire = false) {
+  auto work = make_wire_work(std::move(works), std::move(finish), what, impl);
   if (finish_uses_wire) work->order_finish_in(impl.ordered_finishes);
+  return CommHandle(std::move(work));
+}
+
+// Point-to-point transfers posted on the communicator's PostThread (post_thread.h): `post`
+// runs there, after everything posted before it, and its failure reaches the caller's wait().
+CommHandle make_posted_handle(Communicator::Impl& impl, const std::string& what, std::function<PostThread::Works()> post,
+                              std::function<void()> finish) {
+  auto work = make_wire_work({}, std::move(finish), what, impl);
+  work->set_posted(impl.post_thread.post([&impl, what, post = std::move(post)] { return issue(impl, what, post); }));
   return CommHandle(std::move(work));
 }
 
@@ -293,6 +324,19 @@ int internal_tag(uint32_t first, int k) {
   return Communicator::Impl::kInternalTagBase + static_cast<int>((first + static_cast<uint32_t>(k)) % (1u << 29));
 }
 
+// Walks the blocks of a blocked collective: block k is `piece` bytes at `shard_offset` of the
+// shard, and its n pieces (rank-major) start at `full_offset` of the unsharded buffer.
+template <class Fn>
+void for_each_block(const std::vector<int64_t>& block_numels, int64_t esize, int n, Fn&& fn) {
+  int64_t shard_offset = 0, full_offset = 0;
+  for (size_t k = 0; k < block_numels.size(); ++k) {
+    const int64_t piece = block_numels[k] * esize;
+    fn(static_cast<int>(k), piece, shard_offset, full_offset);
+    shard_offset += piece;
+    full_offset += n * piece;
+  }
+}
+
 // The point-to-point exchange under all_gather_blocks (not counted: callers count).
 std::vector<c10::intrusive_ptr<c10d::Work>> gather_pieces(Communicator::Impl& impl, const at::Tensor& in_bytes,
                                                           const at::Tensor& out_bytes,
@@ -300,11 +344,8 @@ std::vector<c10::intrusive_ptr<c10d::Work>> gather_pieces(Communicator::Impl& im
                                                           uint32_t first_tag) {
   const int n = static_cast<int>(impl.global_ranks.size());
   const int me = impl.rank;
-  const int k_blocks = static_cast<int>(block_numels.size());
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  int64_t shard_offset = 0, out_offset = 0;  // in bytes
-  for (int k = 0; k < k_blocks; ++k) {
-    const int64_t piece = block_numels[k] * esize;
+  for_each_block(block_numels, esize, n, [&](int k, int64_t piece, int64_t shard_offset, int64_t out_offset) {
     const int tag = internal_tag(first_tag, k);
     at::Tensor mine = in_bytes.narrow(0, shard_offset, piece);
     for (int j = 1; j < n && piece > 0; ++j) {
@@ -316,9 +357,7 @@ std::vector<c10::intrusive_ptr<c10d::Work>> gather_pieces(Communicator::Impl& im
     }
     at::Tensor my_slot = out_bytes.narrow(0, out_offset + me * piece, piece);
     if (piece > 0 && my_slot.data_ptr() != mine.data_ptr()) my_slot.copy_(mine);
-    shard_offset += piece;
-    out_offset += n * piece;
-  }
+  });
   return works;
 }
 
@@ -338,9 +377,12 @@ CommHandle Communicator::all_gather_blocks(const at::Tensor& unsharded, const at
   // Every rank sends its pieces to every other rank and receives each peer's pieces straight
   // into their places in the output: the ring's (n-1) shards on the wire, no staging buffer
   // and no copy-out (Gloo's own allgather stages through a fresh buffer; docs/comm.md).
-  auto works = issue(*impl_, what, [&] { return gather_pieces(*impl_, flat_bytes(shard), flat_bytes(unsharded), block_numels, esize,
-                                                                 reserve_tags(*impl_, static_cast<int>(block_numels.size()))); });
-  return make_handle(std::move(works), nullptr, what, *impl_);
+  // Posted off the calling thread (post_thread.h); the tags are drawn here, in program order.
+  const uint32_t first_tag = reserve_tags(*impl_, static_cast<int>(block_numels.size()));
+  Impl* impl = impl_.get();
+  return make_posted_handle(*impl_, what, [impl, in = flat_bytes(shard), out = flat_bytes(unsharded), block_numels, esize, first_tag] {
+    return gather_pieces(*impl, in, out, block_numels, esize, first_tag);
+  }, nullptr);
 }
 
 CommHandle Communicator::reduce_scatter_blocks(const at::Tensor& shard, const at::Tensor& unsharded,
@@ -363,34 +405,34 @@ CommHandle Communicator::reduce_scatter_blocks(const at::Tensor& shard, const at
   at::Tensor scratch = impl_->scratch->acquire(n * shard_bytes);
   at::Tensor in_bytes = flat_bytes(unsharded);
   const int me = rank();
-  const int k_blocks = static_cast<int>(block_numels.size());
-  const uint32_t first_tag = reserve_tags(*impl_, k_blocks);
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  int64_t shard_offset = 0, in_offset = 0;
-  for (int k = 0; k < k_blocks; ++k) {
-    const int64_t piece = block_numels[k] * esize;
-    const int tag = internal_tag(first_tag, k);
-    for (int j = 1; j < n && piece > 0; ++j) {
-      const int dst = (me + j) % n, src = (me - j + n) % n;
-      std::vector<at::Tensor> send{in_bytes.narrow(0, in_offset + dst * piece, piece)};
-      std::vector<at::Tensor> recv{scratch.narrow(0, src * shard_bytes + shard_offset, piece)};
-      issue(*impl_, what, [&] {
-        works.push_back(impl_->group->recv(recv, src, tag));
-        works.push_back(impl_->group->send(send, dst, tag));
-      });
-    }
-    if (piece > 0) {
-      scratch.narrow(0, me * shard_bytes + shard_offset, piece).copy_(in_bytes.narrow(0, in_offset + me * piece, piece));
-    }
-    shard_offset += piece;
-    in_offset += n * piece;
-  }
+  const uint32_t first_tag = reserve_tags(*impl_, static_cast<int>(block_numels.size()));
+  // Posted off the calling thread (post_thread.h), which meanwhile copies its own pieces.
+  Impl* impl = impl_.get();
+  auto post = [impl, n, me, in_bytes, scratch, block_numels, esize, shard_bytes, first_tag] {
+    PostThread::Works works;
+    for_each_block(block_numels, esize, n, [&](int k, int64_t piece, int64_t shard_offset, int64_t in_offset) {
+      const int tag = internal_tag(first_tag, k);
+      for (int j = 1; j < n && piece > 0; ++j) {
+        const int dst = (me + j) % n, src = (me - j + n) % n;
+        std::vector<at::Tensor> send{in_bytes.narrow(0, in_offset + dst * piece, piece)};
+        std::vector<at::Tensor> recv{scratch.narrow(0, src * shard_bytes + shard_offset, piece)};
+        works.push_back(impl->group->recv(recv, src, tag));
+        works.push_back(impl->group->send(send, dst, tag));
+      }
+    });
+    return works;
+  };
   at::Tensor rows = scratch.view(shard.scalar_type()).view({n, shard.numel()});
   auto finish = [pool = impl_->scratch, scratch, rows, shard, op] {
     reduce_rows_in_rank_order(rows, op, shard);
     pool->release(scratch);
   };
-  return make_handle(std::move(works), finish, what, *impl_);
+  CommHandle handle = make_posted_handle(*impl_, what, post, finish);
+  // My own pieces go into row `me` while the transfers are posted; finish reads them in wait().
+  for_each_block(block_numels, esize, n, [&](int, int64_t piece, int64_t shard_offset, int64_t in_offset) {
+    if (piece > 0) scratch.narrow(0, me * shard_bytes + shard_offset, piece).copy_(in_bytes.narrow(0, in_offset + me * piece, piece));
+  });
+  return handle;
 }
 
 CommHandle Communicator::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {

@@ -11,6 +11,7 @@
 
 #include "hyperparallel/comm/communicator.h"
 #include "hyperparallel/platform/trace.h"
+#include "post_thread.h"
 #include "scratch_pool.h"
 
 namespace hyperparallel::comm {
@@ -53,6 +54,8 @@ struct Communicator::Impl {
   // Time callers spent blocked in wait() on this communicator's handles ("exposed" time).
   std::shared_ptr<std::atomic<int64_t>> wait_ns = std::make_shared<std::atomic<int64_t>>(0);
   std::shared_ptr<platform::TraceRecorder> trace;  // null: not tracing
+  // Last member: destroyed (drained and joined) first, while the group it posts to lives.
+  PostThread post_thread;
 };
 
 // Waits for c10d Works (one collective, or the sends and receives of a point-to-point
@@ -76,10 +79,13 @@ class WirePendingWork : public PendingWork {
   // leave_order() (they are out of the queue: their own wait() must not drain it again).
   void complete(std::optional<std::chrono::milliseconds> timeout);
   void leave_order() { order_ = nullptr; }
+  // The works are being posted on the communicator's PostThread: wait for them there first.
+  void set_posted(std::shared_future<PostThread::Works> posted) { posted_ = std::move(posted); }
 
  private:
   std::shared_ptr<OrderedFinishes> order_;  // null: the finish is local only
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+  std::shared_future<PostThread::Works> posted_;  // invalid: works_ were issued by the caller
   std::function<void()> finish_;
   std::string what_;
   std::chrono::milliseconds default_timeout_;
