@@ -12,7 +12,7 @@
 // `fsdp_bench MODE STEPS --trace FILE` also writes a Chrome trace of the last two steps
 // (compute spans per unit, each collective from issue to completion, time blocked in wait).
 // Prints one line: RESULT mode=... step_ms=... exposed=... rss_mb=... bytes_mb=... exact_mb=...
-// textbook_mb=... (exposed: time blocked in wait() / step time; bytes: sent per rank per step).
+// textbook_mb=... blas=... (exposed: time blocked in wait() / step time; bytes: sent per rank per step).
 // Every mode runs with the caching host allocator the trainer installs.
 #include <torch/nn/module.h>
 #include <torch/optim/adamw.h>
@@ -30,6 +30,8 @@
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/fsdp/module_hooks.h"
 #include "hyperparallel/mesh/device_mesh.h"
+#include "hyperparallel/platform/blas_check.h"
+#include "hyperparallel/platform/blas_check.h"
 #include "hyperparallel/platform/host_allocator.h"
 #include "hyperparallel/platform/trace.h"
 #include "support/toy_lm.h"
@@ -122,9 +124,10 @@ int main(int argc, char** argv) {
   world->all_reduce(rss, hp::comm::ReduceOp::kMax).wait();
   if (world->rank() == 0) {
     std::printf("RESULT mode=%s ranks=%d params=%.1fM step_ms=%.1f exposed=%.3f rss_mb=%.0f bytes_mb=%.2f "
-                "exact_mb=%.2f textbook_mb=%.2f\n",
+                "exact_mb=%.2f textbook_mb=%.2f blas=%s\n",
                 mode.c_str(), n, numel / 1e6, median * 1e3, exposed / total, rss.item<double>(),
-                static_cast<double>(traffic.total_bytes()) / steps / 1e6, exact_bytes / 1e6, n > 1 ? textbook / 1e6 : 0.0);
+                static_cast<double>(traffic.total_bytes()) / steps / 1e6, exact_bytes / 1e6, n > 1 ? textbook / 1e6 : 0.0,
+                hp::platform::loaded_blas().kernels.c_str());
   }
   if (!trace_path.empty()) hp::benchmarks::write_trace(*world, *trace, trace_path);
   world->barrier().wait();

@@ -10,7 +10,8 @@ bench_header() {
   load1=$(cut -d' ' -f1 /proc/loadavg)
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%d), $(nproc) cores," \
        "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), flags: $(cpu_flags), load $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "blas: $(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown), OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}"
+  echo "blas: $(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown), OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}," \
+       "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} (set: OpenBLAS runs that kernel set, not its own choice for the CPU)"
   if awk -v l="$load1" -v n="$(nproc)" 'BEGIN { exit !(l > 0.25 * n) }'; then
     echo "WARNING: the machine is loaded (load $load1 on $(nproc) cores): launches swing; read the min-max spread"
   fi

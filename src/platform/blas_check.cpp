@@ -1,6 +1,7 @@
 #include "hyperparallel/platform/blas_check.h"
 
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 #include <link.h>
 #include <unistd.h>
 
@@ -47,6 +48,9 @@ BlasInfo loaded_blas() {
   // Each of libblas, liblapack and libopenblas has an alternative of its own: one left on the
   // pthread build brings that build's thread pool into the process beside the OpenMP one.
   info.uses_openmp = info.path.find("openblas-openmp") != std::string::npos && !loaded.pthread_openblas;
+  // Looked up, not linked: the reference BLAS has no such function.
+  using CoreName = const char* (*)();
+  if (auto corename = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"))) info.kernels = corename();
   return info;
 }
 

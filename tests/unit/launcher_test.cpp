@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -179,6 +180,18 @@ TEST(Launcher, ComputeThreadsAreOnePerCpuUnlessOmpNumThreadsSays) {
     ::unsetenv("OMP_NUM_THREADS");
   }
   at::set_num_threads(before);
+}
+
+// The kernel set OpenBLAS runs is read from OpenBLAS itself: the one OPENBLAS_CORETYPE names
+// when it is set (benchmarks record it with their numbers).
+TEST(Launcher, LoadedBlasNamesOpenBlasKernelSet) {
+  const auto blas = hyperparallel::platform::loaded_blas();
+  if (blas.path.find("openblas") == std::string::npos) GTEST_SKIP() << "not OpenBLAS: " << blas.path;
+  EXPECT_FALSE(blas.kernels.empty());
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  if (forced && *forced) {
+    EXPECT_EQ(strcasecmp(blas.kernels.c_str(), forced), 0) << blas.kernels << " vs " << forced;
+  }
 }
 
 // Every subcommand answers --help (its synopsis; train adds its keys) and --version, exit 0.

@@ -2,7 +2,10 @@
 // resolves through the alternatives system either to OpenBLAS (~24 ms for a 1024^3 fp32
 // matmul) or to the reference Netlib BLAS (~440 ms). The check reads the loaded shared
 // objects of this process (dl_iterate_phdr), so it reports what the dynamic linker chose,
-// not what a config file claims.
+// not what a config file claims. OpenBLAS picks one kernel set per process when it loads, from
+// the CPU or from OPENBLAS_CORETYPE: on an AVX-512 CPU OPENBLAS_CORETYPE=Haswell holds it to its
+// AVX2 kernels (on a 2-core AMD EPYC with AVX512_BF16: 255 vs 423 GFLOP/s for the model
+// benchmark's fp32 GEMMs), so benchmarks record `kernels` with their numbers.
 //
 // The thread count follows from it. LibTorch 1.13 takes its default intra-op thread count
 // from cpuinfo's core count, which reads 1 on the 2-core machines here, so without
@@ -22,6 +25,7 @@ struct BlasInfo {
   std::string path;            // resolved path of the loaded libblas.so.3 ("" if none loaded)
   bool is_reference = false;   // true when it is the slow reference implementation
   bool uses_openmp = false;    // OpenBLAS's OpenMP build: its GEMMs run on LibTorch's threads
+  std::string kernels;         // OpenBLAS's kernel set ("Haswell", "SkylakeX", ...); "" if not OpenBLAS
 };
 
 BlasInfo loaded_blas();
