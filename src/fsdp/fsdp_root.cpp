@@ -19,8 +19,11 @@ void FSDPRoot::prefetch(FSDPUnit* unit, const std::optional<std::vector<FSDPUnit
     for (FSDPUnit* other : *explicit_list) other->unshard_async();
     return;
   }
-  // The root runs first and is not in the recorded order: it stands before the first unit.
-  const int at = unit->is_root() ? -1 : position(unit);
+  // The root runs first in forward and in backward and is not in the recorded order: it
+  // stands before the first unit going forward and after the last going backward, so its
+  // pre-backward gathers the last units while the head's backward runs.
+  const int last = static_cast<int>(forward_order_.size());
+  const int at = unit->is_root() ? (direction > 0 ? -1 : last) : position(unit);
   if (at < 0 && !unit->is_root()) return;
   for (int d = 1; d <= depth; ++d) {
     const int other = at + direction * d;
@@ -42,7 +45,6 @@ void FSDPRoot::on_pre_backward(FSDPUnit* unit) {
     order_final_ = true;
     torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
   }
-  if (unit->is_root()) return;
   prefetch(unit, unit->settings().backward_prefetch, unit->settings().backward_prefetch_depth, -1);
 }
 

@@ -1,6 +1,7 @@
 // FSDP's trace and the order it issues collectives in: every unit's compute and collective
 // spans are recorded, and the all-gathers run ahead of the compute that needs them (the
-// root's forward issues the first block's, each block's the next one's).
+// root's forward issues the first block's, each block's the next one's; in backward the
+// root's issues the last block's, each block's the one before it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -100,6 +101,29 @@ TEST(FsdpShards, EveryBlocksForwardGatherIsIssuedBeforeTheBlockRuns) {
     ASSERT_EQ(gathers.size(), 1u + 2u * kLayers);
     for (int64_t b = 0; b < kLayers; ++b) {
       EXPECT_LT(gathers[1 + b], start_of(spans, "forward layers" + std::to_string(b))) << "block " << b;
+    }
+  });
+}
+
+// In backward too: the root's pre-backward issues the last block's all-gather (it overlaps the
+// head's backward), each block's pre-backward the one before it, so no block's backward
+// starts by issuing its own.
+TEST(FsdpShards, EveryBlocksBackwardGatherIsIssuedBeforeTheBlocksBackward) {
+  testing::run_on_ranks(2, [](testing::RankContext& ctx) {
+    ShardedToyLM lm(ctx);
+    lm.step(ctx.rank);  // records the forward order
+    auto trace = std::make_shared<platform::TraceRecorder>();
+    lm.root->set_trace(trace);
+    lm.step(ctx.rank);
+    const std::vector<Span> spans = spans_of(*trace);
+    std::vector<int64_t> gathers;  // issue times: forward's (root, blocks), then backward's, last block first
+    for (const Span& s : spans) {
+      if (s.category == "comm" && s.name == "all_gather on group 'world'") gathers.push_back(s.start_us);
+    }
+    ASSERT_EQ(gathers.size(), 1u + 2u * kLayers);
+    for (int64_t i = 0; i < kLayers; ++i) {
+      const int64_t b = kLayers - 1 - i;
+      EXPECT_LT(gathers[1 + kLayers + i], start_of(spans, "backward layers" + std::to_string(b))) << "block " << b;
     }
   });
 }
