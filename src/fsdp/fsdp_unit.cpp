@@ -308,12 +308,17 @@ void FSDPUnit::unshard_async() {
   }
 }
 
-void FSDPUnit::unshard() {
+void FSDPUnit::issue_unshard() {
   if (state_ == UnitState::kUnsharded) return;
   // An unshard() issued before the shards changed and never waited for: its result is stale.
   // Every rank stepped its optimizer (SPMD), so every rank re-issues the gather alike.
   if (!pending_gather_.empty() && gather_version_ != shard_version()) drop_pending_gather();
   unshard_async();
+}
+
+void FSDPUnit::unshard() {
+  if (state_ == UnitState::kUnsharded) return;
+  issue_unshard();
   for (auto& h : pending_gather_) h.wait();
   pending_gather_.clear();
   for (auto& sp : params_) sp.param.set_data(sp.view_of(unsharded_.tensor(), sp.unsharded_offset, sp.dim0));
@@ -383,8 +388,11 @@ void FSDPUnit::pre_forward() {
       if (unit && unit->label_.empty()) unit->label_ = item.key().empty() ? "root" : item.key();
     }
   }
-  unshard();
+  // This unit's gather and the next units' prefetches are all in flight before it waits for
+  // its own (the root's forward had waited for its own before issuing the first block's).
+  issue_unshard();
   root_->on_pre_forward(this);
+  unshard();
   register_grad_hooks();
 }
 

@@ -97,6 +97,7 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   at::Tensor post_forward(at::Tensor output) override;
 
   void unshard_async();  // issue the all-gather (prefetch); no-op when unsharded or in flight
+  void issue_unshard();  // unshard() without the wait: a stale gather in flight is issued again
   void unshard();        // finish (or do) the all-gather and point parameters at it
   void reshard();  // also drops an all-gather issued and never waited for
   // Called by the root at the end of every backward, in two passes over all units.
