@@ -18,33 +18,19 @@
 #include <vector>
 
 #include "hyperparallel/comm/communicator.h"
+#include "hyperparallel/comm/job_trace.h"
 #include "hyperparallel/platform/trace.h"
 
 namespace hyperparallel::benchmarks {
 
 // Rank 0 gathers every rank's events and writes one Chrome trace (pid = rank).
 inline void write_trace(comm::Communicator& world, const platform::TraceRecorder& trace, const std::string& path) {
-  const std::string mine = trace.json_events(world.rank());
-  at::Tensor lengths = at::empty({world.size()}, at::kLong);
-  world.all_gather(lengths, at::tensor({static_cast<int64_t>(mine.size())}, at::kLong)).wait();
-  if (world.rank() != 0) {
-    at::Tensor bytes = at::empty({static_cast<int64_t>(mine.size())}, at::kByte);
-    std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
-    world.send(bytes, 0, 1).wait();
-    return;
-  }
-  std::string all = mine;
-  for (int r = 1; r < world.size(); ++r) {
-    at::Tensor bytes = at::empty({lengths[r].item<int64_t>()}, at::kByte);
-    world.recv(bytes, r, 1).wait();
-    all += (all.empty() ? "" : ",\n") + std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel());
-  }
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw std::runtime_error("cannot write the trace to " + path);
-  std::fprintf(f, "{\"traceEvents\":[\n%s\n]}\n", all.c_str());
-  std::fclose(f);
+  const std::string document = comm::gather_job_trace(world, trace);
+  if (world.rank() != 0) return;
+  std::ofstream out(path);
+  out << document;
+  if (!out) throw std::runtime_error("cannot write the trace to " + path);
 }
-
 
 // This process's peak RSS (ru_maxrss) in MiB.
 inline double peak_rss_mb() {

@@ -205,6 +205,7 @@ const std::vector<KeyDef>& key_table() {
         {{"logging_strategy", "steps", "steps", "a trainer_log.jsonl line every logging_steps (HF's epoch / no are not supported)"}, [](C&, const std::string& k, const Value& v) { as_choice(k, v, {"steps"}); }},
         {{"save_total_limit", "int >= 1", "null", "keep at most N checkpoints (oldest removed); null: all"}, [](C& c, const std::string& k, const Value& v) { c.save_total_limit = as_int(k, v, 1, "an integer >= 1"); }},
         {{"plot_loss", "bool", "false", "write training_loss.svg"}, boolean(&C::plot_loss)},
+        {{"trace_steps", "int >= 0", "0", "write trace.json: a Chrome trace of the last N steps on every rank (units' compute, collectives, waits)"}, int_at_least(&C::trace_steps, 0)},
         // training
         {{"per_device_train_batch_size", "int in [1, 1048576]", "1", "rows per rank per micro-batch"}, int_at_least(&C::per_device_train_batch_size, 1, 1 << 20)},
         {{"gradient_accumulation_steps", "int in [1, 1048576]", "1", "micro-batches per optimizer step"}, int_at_least(&C::gradient_accumulation_steps, 1, 1 << 20)},

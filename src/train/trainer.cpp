@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <numeric>
 #include <ostream>
 
 #include "hyperparallel/cp/cp_options.h"
@@ -34,6 +35,7 @@
 #include "output_dir.h"
 #include "parallelize.h"
 #include "pipeline_training.h"
+#include "step_trace.h"
 #include "train_data.h"
 #include "train_metrics.h"
 #include "tensorboard_writer.h"
@@ -389,7 +391,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     return s;
   };
   const auto counters_start = counters_now();
-  const double wait_start = wait_now();
+  StepTrace step_trace(c.trace_steps, total_steps, units, comms);
 
   const double roofline_gflops = job_roofline_gflops(model->config(), *world);
   int64_t row_tokens = 0;
@@ -435,10 +437,15 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   int64_t interval_steps = 0;
   double interval_aux = 0, interval_dropped = 0;  // MoE
   const auto t_start = Clock::now();
+  double step_waits = 0;  // time blocked in collectives during the steps, not in eval or checkpoints
   for (int64_t step = start_step; step < total_steps; ++step) {
+    step_trace.step_starting(step);
     const auto t_step = Clock::now();
+    const double wait_before = wait_now();
     const double lr = schedule.lr_at(step);
     const StepOutcome done = run_optimizer_step(step_setup, sampler.global_batch_rows(position), lr);
+    step_waits += wait_now() - wait_before;
+    step_trace.step_done(step, t_step);
     const double step_loss = done.loss, grad_norm = done.grad_norm;
     interval_aux += done.aux_loss;
     interval_dropped += done.dropped_fraction;
@@ -498,6 +505,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     if (c.save_checkpoints && ((c.save_steps > 0 && (step + 1) % c.save_steps == 0) || last)) save(step + 1);
   }
   screen.finish();
+  step_trace.write(*world, c.output_dir);
   result.steps = total_steps;
   result.first_step = start_step;
   export_model(*model, c, *data.tokenizer, leader, pipeline.get());
@@ -534,7 +542,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
         {"tokens_per_s", static_cast<double>(total_tokens) / train_seconds},
         {"peak_rss_bytes", std::vector<int64_t>(rss.data_ptr<int64_t>(), rss.data_ptr<int64_t>() + rss.numel())},
         {"comm_per_step_rank0", comm_per_step},
-        {"exposed_comm_fraction", (wait_now() - wait_start) / train_seconds},
+        {"exposed_comm_fraction", step_waits / std::max(1e-9, std::accumulate(step_times.begin(), step_times.end(), 0.0))},
         {"flops_per_token", flops_per_token},
         {"roofline_gflops", roofline_gflops},
         {"mfu", flops_per_token * static_cast<double>(total_tokens) / train_seconds / (roofline_gflops * 1e9)}};

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "hyperparallel/io/safetensors.h"
@@ -90,7 +91,7 @@ TEST(Trainer, CommandLineTrainsOnItsOwnRanksAndWritesItsFiles) {
   fs::remove_all(dir);
   std::vector<std::string> argv = {HP_CLI_PATH, "train", HP_SOURCE_DIR "/examples/demo_sft.yaml", "--max_steps=6", "--logging_steps=3",
                                    "--output_dir=" + dir, "--nproc-per-node", "2", "--fsdp_config.dp_shard_size=-1", "--tokenizer=" HP_SOURCE_DIR "/examples/tokenizer",
-                                   "--heldout_eval_samples=4"};
+                                   "--heldout_eval_samples=4", "--trace_steps=2"};
   const auto run = hp::testing::run_subprocess(argv, {std::chrono::seconds(120)});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("step 6/6 loss"), std::string::npos) << run.output;
@@ -105,6 +106,21 @@ TEST(Trainer, CommandLineTrainsOnItsOwnRanksAndWritesItsFiles) {
   EXPECT_NE(run.output.find("held-out accuracy before training: "), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("held-out accuracy after training: "), std::string::npos) << run.output;
   EXPECT_TRUE(summary.contains("heldout_accuracy_after"));
+  const double exposed = summary.at("exposed_comm_fraction").get<double>();
+  EXPECT_TRUE(exposed > 0 && exposed < 1) << exposed;
+  // trace_steps: the last 2 steps of both ranks, with their units' compute, collectives and waits.
+  const auto trace = nlohmann::json::parse(std::ifstream(dir + "/trace.json")).at("traceEvents");
+  for (int rank : {0, 1}) {
+    std::set<std::string> names;
+    for (const auto& e : trace) {
+      if (e.at("pid") == rank) names.insert(e.at("cat").get<std::string>() + ":" + e.at("name").get<std::string>());
+    }
+    for (const char* want : {"step:step 5", "step:step 6", "compute:forward root", "compute:backward root",
+                             "comm:all_gather on group 'world'", "comm:reduce_scatter on group 'world'", "wait:wait all_gather on group 'world'"}) {
+      EXPECT_TRUE(names.count(want)) << "rank " << rank << ": " << want;
+    }
+    EXPECT_FALSE(names.count("step:step 4")) << "rank " << rank << ": only the last 2 steps";
+  }
   // The final checkpoint and the exported Hugging Face folder.
   EXPECT_TRUE(fs::exists(dir + "/checkpoint-6/trainer_state.json"));
   for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {

@@ -132,6 +132,7 @@ struct TrainConfig {
   bool save_checkpoints = true;  // save_strategy: no turns checkpoints off (the model is still exported)
   std::optional<int64_t> save_total_limit;
   bool plot_loss = false;
+  int64_t trace_steps = 0;  // a Chrome trace of the last N steps in output_dir/trace.json (step_trace.h)
   // training
   int64_t per_device_train_batch_size = 1;
   int64_t gradient_accumulation_steps = 1;
