@@ -1,6 +1,6 @@
 // Forward + backward throughput of a ~48 M-parameter Qwen3 on one rank, next to a matmul
 // roofline measured in the same run, with and without the plan_overrides replacements
-// (fused_qkv_attention, fused_rms_norm, both). For docs/benchmarks.md ("Models").
+// (fused_qkv_attention, fused_rms_norm, fused_swiglu_mlp, all three). For docs/benchmarks.md ("Models").
 //
 // Model: vocab 32768, hidden 512, 10 layers, 8 heads of 64 (4 KV heads), MLP 1536, tied
 // embeddings; batch 4 x 512 tokens. FLOPs per step count every matmul of forward and
@@ -11,7 +11,7 @@
 // set against the roofline of its round; the ratio says how much of the time goes to work
 // other than large matmuls. Modes run interleaved (A B C D, A B C D, ...); each reports its
 // median step and its median ratio. `--profile` then prints where one step of the reference
-// and of both replacements goes, op by op (op_profile.h). `--bf16` adds the reference and both
+// and of all replacements goes, op by op (op_profile.h). `--bf16` adds the reference and all
 // replacements with bfloat16 parameters and compute (what `bf16: true` runs after the
 // all-gather), set against a bf16 roofline measured the same way; the fp32/bf16 step ratio is
 // the bf16 speed-up (fast only where the CPU has AVX512_BF16: platform/bf16_matmul.h).
@@ -133,10 +133,15 @@ int main(int argc, char** argv) {
     std::vector<hp::models::PlanOverride> overrides;
     at::ScalarType dtype = at::kFloat;
   };
-  std::vector<Mode> mode_list{{"reference", {}}, {"fused_qkv_attention", {attention}}, {"fused_rms_norm", {norm}}, {"both", {attention, norm}}};
+  const hp::models::PlanOverride mlp{"*.mlp", "Qwen3MLP", "fused_swiglu_mlp"};
+  std::vector<Mode> mode_list{{"reference", {}},
+                              {"fused_qkv_attention", {attention}},
+                              {"fused_rms_norm", {norm}},
+                              {"fused_swiglu_mlp", {mlp}},
+                              {"all", {attention, norm, mlp}}};
   if (bf16) {
     mode_list.push_back({"reference_bf16", {}, at::kBFloat16});
-    mode_list.push_back({"both_bf16", {attention, norm}, at::kBFloat16});
+    mode_list.push_back({"all_bf16", {attention, norm, mlp}, at::kBFloat16});
   }
   std::vector<std::pair<std::string, std::shared_ptr<hp::models::CausalLM>>> modes;
   for (const Mode& mode : mode_list) {
@@ -200,11 +205,11 @@ int main(int argc, char** argv) {
       }
       return 0.0;
     };
-    std::printf("bf16 speed-up (fp32 step / bf16 step): reference %.2fx, both %.2fx\n", step_of("reference") / step_of("reference_bf16"),
-                step_of("both") / step_of("both_bf16"));
+    std::printf("bf16 speed-up (fp32 step / bf16 step): reference %.2fx, all %.2fx\n", step_of("reference") / step_of("reference_bf16"),
+                step_of("all") / step_of("all_bf16"));
   }
   compare_modules(c);
-  // The reference and both replacements, op by op.
+  // The reference and all replacements, op by op.
   for (const size_t m : profile ? std::vector<size_t>{0, modes.size() - 1} : std::vector<size_t>{}) {
     auto& model = *modes[m].second;
     model.zero_grad();

@@ -94,7 +94,7 @@ CausalLMOutput CausalLM::forward(const CausalLMInput& in) {
   const at::Tensor result = fsdp::hooked_forward(*this, [&] {
     const at::Tensor hidden = model_->forward(in.input_ids, in.attention_mask, in.position_ids, in.document_mask, router_logits, in.cache,
                                              in.shard, in.shard ? attention_core_ : nullptr);
-    return chunked ? chunked_loss_sum(hidden, shifted) : head(hidden);
+    return chunked ? chunked_loss_sum(hidden, shifted) : head(hidden, shifted.defined());
   });
   if (!shifted.defined()) {
     out.logits = token_loss_ ? token_loss_->full_logits(result) : result;
@@ -122,13 +122,14 @@ at::Tensor CausalLM::loss_sum(const at::Tensor& logits, const at::Tensor& shifte
 }
 
 at::Tensor CausalLM::head_loss_sum(const at::Tensor& hidden, const at::Tensor& shifted) {
-  return loss_chunk_tokens_ > 0 ? chunked_loss_sum(hidden, shifted) : loss_sum(head(hidden), shifted);
+  return loss_chunk_tokens_ > 0 ? chunked_loss_sum(hidden, shifted) : loss_sum(head(hidden, true), shifted);
 }
 
-// The head runs through its forward hooks (a column-parallel head under loss parallel).
-at::Tensor CausalLM::head(const at::Tensor& hidden) {
+// The head runs through its forward hooks (a column-parallel head under loss parallel). The
+// plain loss reads bf16 logits as they are (cross_entropy.h): no [tokens x vocab] fp32 copy.
+at::Tensor CausalLM::head(const at::Tensor& hidden, bool for_loss) {
   const at::Tensor logits = lm_head_ ? lm_head_->forward(hidden) : at::linear(hidden, tied_head_weight());
-  return logits.to(at::kFloat);
+  return for_loss && !token_loss_ && logits.scalar_type() == at::kBFloat16 ? logits : logits.to(at::kFloat);
 }
 
 at::Tensor CausalLM::tied_head_weight() const {
@@ -252,7 +253,7 @@ at::Tensor CausalLM::chunked_loss_sum(const at::Tensor& hidden, const at::Tensor
     sum = sum + run_with_recompute(
                     rows.narrow(0, start, n),
                     [this, labels](const at::Tensor& chunk, std::vector<at::Tensor>*) {
-                      const at::Tensor logits = head(chunk);
+                      const at::Tensor logits = head(chunk, true);
                       return token_loss_ ? token_loss_->sum(logits, labels) : cross_entropy_sum(logits, labels);
                     },
                     nullptr, head_params);

@@ -28,22 +28,35 @@ void check_labels(const at::Tensor& labels, int64_t vocab) {
   }
 }
 
+uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+
+float logit_at(const at::Tensor& logits, int64_t row, int64_t label) {
+  const int64_t at = row * logits.size(1) + label;
+  return logits.scalar_type() == at::kFloat ? logits.data_ptr<float>()[at] : static_cast<float>(logits.data_ptr<at::BFloat16>()[at]);
+}
+
 struct CrossEntropySumFunction : torch::autograd::Function<CrossEntropySumFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits_in, const at::Tensor& labels_in) {
     const at::Tensor logits = logits_in.contiguous(), labels = labels_in.contiguous();
     const int64_t rows = logits.size(0), vocab = logits.size(1);
     check_labels(labels, vocab);
-    at::Tensor lse = at::empty({rows}, logits.options());
-    const float* x = logits.data_ptr<float>();
+    at::Tensor lse = at::empty({rows}, logits.options().dtype(at::kFloat));
     float* lse_ptr = lse.data_ptr<float>();
-    at::parallel_for(0, rows, kRowsPerTask, [&](int64_t begin, int64_t end) { log_sum_exp(x + begin * vocab, end - begin, vocab, lse_ptr + begin); });
+    const bool fp32 = logits.scalar_type() == at::kFloat;
+    at::parallel_for(0, rows, kRowsPerTask, [&](int64_t begin, int64_t end) {
+      if (fp32) {
+        log_sum_exp(logits.data_ptr<float>() + begin * vocab, end - begin, vocab, lse_ptr + begin);
+      } else {
+        log_sum_exp_bf16(bf16_bits(logits) + begin * vocab, end - begin, vocab, lse_ptr + begin);
+      }
+    });
     const int64_t* l = labels.data_ptr<int64_t>();
     double sum = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      if (l[r] != kIgnored) sum += static_cast<double>(lse_ptr[r]) - x[r * vocab + l[r]];
+      if (l[r] != kIgnored) sum += static_cast<double>(lse_ptr[r]) - logit_at(logits, r, l[r]);
     }
     ctx->save_for_backward({logits, labels, lse});
-    return at::scalar_tensor(sum, logits.options());
+    return at::scalar_tensor(sum, lse.options());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -52,14 +65,18 @@ struct CrossEntropySumFunction : torch::autograd::Function<CrossEntropySumFuncti
     const int64_t rows = logits.size(0), vocab = logits.size(1);
     const float g = grads[0].item<float>();
     const at::Tensor scale = labels.ne(kIgnored).to(at::kFloat).mul_(g);
-    at::Tensor out = at::empty_like(logits);
-    const float* x = logits.data_ptr<float>();
+    at::Tensor out = at::empty_like(logits);  // the logits' dtype: bf16 rounds the fp32 gradient once
+    const bool fp32 = logits.scalar_type() == at::kFloat;
     const float* lse_ptr = lse.data_ptr<float>();
     const int64_t* l = labels.data_ptr<int64_t>();
     const float* s = scale.data_ptr<float>();
-    float* o = out.data_ptr<float>();
     at::parallel_for(0, rows, kRowsPerTask, [&](int64_t begin, int64_t end) {
-      softmax_minus_one_hot(x + begin * vocab, lse_ptr + begin, l + begin, s + begin, end - begin, vocab, o + begin * vocab);
+      const int64_t at = begin * vocab, n = end - begin;
+      if (fp32) {
+        softmax_minus_one_hot(logits.data_ptr<float>() + at, lse_ptr + begin, l + begin, s + begin, n, vocab, out.data_ptr<float>() + at);
+      } else {
+        softmax_minus_one_hot_bf16(bf16_bits(logits) + at, lse_ptr + begin, l + begin, s + begin, n, vocab, bf16_bits(out) + at);
+      }
     });
     return {out, at::Tensor()};
   }
@@ -68,7 +85,8 @@ struct CrossEntropySumFunction : torch::autograd::Function<CrossEntropySumFuncti
 }  // namespace
 
 at::Tensor cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels) {
-  if (logits.device().is_cpu() && logits.scalar_type() == at::kFloat && logits.dim() == 2 && labels.scalar_type() == at::kLong &&
+  const bool fused_dtype = logits.scalar_type() == at::kFloat || logits.scalar_type() == at::kBFloat16;
+  if (logits.device().is_cpu() && fused_dtype && logits.dim() == 2 && labels.scalar_type() == at::kLong &&
       labels.dim() == 1 && labels.size(0) == logits.size(0)) {
     return CrossEntropySumFunction::apply(logits, labels);
   }

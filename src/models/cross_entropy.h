@@ -7,15 +7,18 @@
 //    a one-hot [N, V] gradient first, then log_softmax's backward reads both).
 // It keeps the logits and one log-sum-exp per row, the same [N, V] bytes ATen keeps (its
 // log-probabilities). The exp is softmax_rows.h's (within 2 ulp of expf); the sum over rows
-// runs in double. A label outside [0, V) other than -100 throws, as ATen's does. Other dtypes
-// and devices take ATen's path.
+// runs in double. A label outside [0, V) other than -100 throws, as ATen's does.
+// bf16 logits are read as they are, each row widened to fp32 in cache (the cast is exact), so the result is the fp32 function's of the cast logits, bit for bit, without
+// the whole [N, V] fp32 copy and its gradient's cast back (bf16 compute: the head's output
+// goes straight in, causal_lm.cpp); the gradient is bf16, rounded once. Other dtypes and
+// devices take ATen's path.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 namespace hyperparallel::models {
 
-// logits [N, V], labels [N] (int64; -100 ignored); returns a 0-dim fp32 tensor.
+// logits [N, V] (fp32 or bf16), labels [N] (int64; -100 ignored); returns a 0-dim fp32 tensor.
 at::Tensor cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels);
 
 }  // namespace hyperparallel::models

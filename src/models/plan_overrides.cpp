@@ -8,6 +8,7 @@
 
 #include "fused_attention.h"
 #include "fused_rms_norm.h"
+#include "fused_swiglu.h"
 #include "grouped_experts.h"
 #include "hyperparallel/models/module_interfaces.h"
 #include "hyperparallel/platform/suggest.h"
@@ -18,6 +19,7 @@ ReplacementRegistry ReplacementRegistry::with_builtins() {
   ReplacementRegistry r;
   r.add("fused_qkv_attention", make_fused_qkv_attention);
   r.add("fused_rms_norm", make_fused_rms_norm);
+  r.add("fused_swiglu_mlp", make_fused_swiglu_mlp);
   r.add("grouped_experts", make_grouped_experts);
   return r;
 }

@@ -1,98 +1,20 @@
 // Vectorised softmax rows for the attention tiles. See softmax_rows.h.
 //
-// The vectors are GCC's vector extensions, one width per instruction set. The row bodies are
+// The vectors are vector_lanes.h's, one width per instruction set: the row bodies are
 // templates forced inline into three entry points compiled with target("avx512f"),
-// target("avx2,fma") and the baseline, so each width is lowered to its own instructions (a
-// 16-lane vector compiled for AVX2 is split into scalar code by the generic lowering, 10x
-// slower; an "arch=" target would refuse the inlining). The vectors never cross a call, so
-// the ABI note GCC prints for 64-byte vector arguments does not apply (-Wpsabi off here).
+// target("avx2,fma") and the baseline (why, in vector_lanes.h).
 #include "softmax_rows.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#pragma GCC diagnostic ignored "-Wpsabi"
+#include "vector_lanes.h"
 
 namespace hyperparallel::models {
 namespace {
 
-#define HP_INLINE inline __attribute__((always_inline))
-
-// The vector types per width (GCC ignores vector_size on a typedef that depends on a template
-// parameter, hence one specialisation each).
-template <int kLanes>
-struct VectorTypes;
-template <>
-struct VectorTypes<16> {
-  typedef float Floats __attribute__((vector_size(64)));
-  typedef int32_t Ints __attribute__((vector_size(64)));
-};
-template <>
-struct VectorTypes<8> {
-  typedef float Floats __attribute__((vector_size(32)));
-  typedef int32_t Ints __attribute__((vector_size(32)));
-};
-template <>
-struct VectorTypes<4> {
-  typedef float Floats __attribute__((vector_size(16)));
-  typedef int32_t Ints __attribute__((vector_size(16)));
-};
-
-template <int kLanes>
-struct Lanes {
-  using Floats = typename VectorTypes<kLanes>::Floats;
-  using Ints = typename VectorTypes<kLanes>::Ints;
-
-  static HP_INLINE Floats load(const float* p) {
-    Floats v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  }
-  static HP_INLINE void store(float* p, Floats v) { std::memcpy(p, &v, sizeof v); }
-  static HP_INLINE Floats splat(float x) { return Floats{} + x; }
-  static HP_INLINE Floats max(Floats a, Floats b) { return a > b ? a : b; }
-  static HP_INLINE float max_of(Floats v) {
-    float m = v[0];
-    for (int l = 1; l < kLanes; ++l) m = std::max(m, v[l]);
-    return m;
-  }
-  static HP_INLINE float sum_of(Floats v) {
-    float s = 0;
-    for (int l = 0; l < kLanes; ++l) s += v[l];
-    return s;
-  }
-  // e^x for x <= 0 (a score minus its row's maximum): Cephes' expf, 2^n p(r); 0 below -87,
-  // NaN for NaN (the clamp keeps it: a comparison with NaN is false).
-  static HP_INLINE Floats exp_nonpositive(Floats x) {
-    const Floats clamped = x < -87.0f ? splat(-87.0f) : x;
-    const Floats fx = clamped * 1.44269504088896341f + 0.5f;
-    Ints n = __builtin_convertvector(fx, Ints);      // rounds toward zero ...
-    n += (__builtin_convertvector(n, Floats) > fx);  // ... minus one where that rounded up: floor
-    const Floats nf = __builtin_convertvector(n, Floats);
-    const Floats r = clamped - nf * 0.693359375f + nf * 2.12194440e-4f;
-    Floats p = splat(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const Ints bits = (n + 127) << 23;
-    Floats two_n;
-    std::memcpy(&two_n, &bits, sizeof two_n);
-    return x < -87.0f ? Floats{} : p * two_n;
-  }
-  // The row's tail (fewer than kLanes entries) through one vector padded with `pad`.
-  static HP_INLINE Floats load_tail(const float* p, int64_t n, float pad) {
-    float buffer[kLanes];
-    for (int l = 0; l < kLanes; ++l) buffer[l] = l < n ? p[l] : pad;
-    return load(buffer);
-  }
-  static HP_INLINE void store_tail(float* p, int64_t n, Floats v) {
-    for (int64_t l = 0; l < n; ++l) p[l] = v[l];
-  }
-};
+using vector_lanes::Lanes;
 
 template <int kLanes>
 HP_INLINE void softmax_row(const float* s, const float* m, int64_t d, float scale, float* p) {
@@ -193,8 +115,41 @@ HP_INLINE void softmax_minus_one_hot_rows(const float* x, const float* lse, cons
   }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define HP_X86_WIDTHS 1
+// bf16 logits: each row widened into an fp32 scratch row (in cache), then the fp32 row
+// kernels, then (backward) rounded once: the fp32 path's bits for the cast logits.
+template <int kLanes>
+HP_INLINE void log_sum_exp_rows_bf16(const uint16_t* x, int64_t rows, int64_t d, float* out, float* scratch) {
+  for (int64_t r = 0; r < rows; ++r) {
+    Lanes<kLanes>::widen_row(x + r * d, d, scratch);
+    log_sum_exp_rows<kLanes>(scratch, 1, d, out + r);
+  }
+}
+
+template <int kLanes>
+HP_INLINE void softmax_minus_one_hot_rows_bf16(const uint16_t* x, const float* lse, const int64_t* labels, const float* scale,
+                                               int64_t rows, int64_t d, uint16_t* out, float* scratch) {
+  for (int64_t r = 0; r < rows; ++r) {
+    Lanes<kLanes>::widen_row(x + r * d, d, scratch);
+    softmax_minus_one_hot_rows<kLanes>(scratch, lse + r, labels + r, scale + r, 1, d, scratch);
+    Lanes<kLanes>::round_row(scratch, d, out + r * d);
+  }
+}
+
+#ifdef HP_X86_WIDTHS
+__attribute__((target("avx512f"))) void log_sum_exp_bf16_avx512(const uint16_t* x, int64_t rows, int64_t d, float* out, float* scratch) {
+  log_sum_exp_rows_bf16<16>(x, rows, d, out, scratch);
+}
+__attribute__((target("avx2,fma"))) void log_sum_exp_bf16_avx2(const uint16_t* x, int64_t rows, int64_t d, float* out, float* scratch) {
+  log_sum_exp_rows_bf16<8>(x, rows, d, out, scratch);
+}
+__attribute__((target("avx512f"))) void one_hot_bf16_avx512(const uint16_t* x, const float* lse, const int64_t* labels, const float* scale,
+                                                            int64_t rows, int64_t d, uint16_t* out, float* scratch) {
+  softmax_minus_one_hot_rows_bf16<16>(x, lse, labels, scale, rows, d, out, scratch);
+}
+__attribute__((target("avx2,fma"))) void one_hot_bf16_avx2(const uint16_t* x, const float* lse, const int64_t* labels, const float* scale,
+                                                          int64_t rows, int64_t d, uint16_t* out, float* scratch) {
+  softmax_minus_one_hot_rows_bf16<8>(x, lse, labels, scale, rows, d, out, scratch);
+}
 __attribute__((target("avx512f"))) void softmax_rows_avx512(const float* s, int64_t rows, int64_t keys, float scale, const float* m,
                                                             int64_t stride, int64_t per, float* p) {
   softmax_rows<16>(s, rows, keys, scale, m, stride, per, p);
@@ -227,14 +182,7 @@ __attribute__((target("avx2,fma"))) void one_hot_rows_avx2(const float* x, const
 }
 #endif
 
-int widest(int lanes) {
-  if (lanes) return lanes;
-#ifdef HP_X86_WIDTHS
-  if (__builtin_cpu_supports("avx512f")) return 16;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 8;
-#endif
-  return 4;
-}
+int widest(int lanes) { return vector_lanes::widest_lanes(lanes); }
 
 }  // namespace
 
@@ -296,6 +244,35 @@ void softmax_minus_one_hot(const float* x, const float* lse, const int64_t* labe
 #endif
     default:
       return softmax_minus_one_hot_rows<4>(x, lse, labels, scale, rows, d, out);
+  }
+}
+
+void log_sum_exp_bf16(const uint16_t* x, int64_t rows, int64_t d, float* out, int lanes) {
+  std::vector<float> scratch(static_cast<size_t>(d));
+  switch (widest(lanes)) {
+#ifdef HP_X86_WIDTHS
+    case 16:
+      return log_sum_exp_bf16_avx512(x, rows, d, out, scratch.data());
+    case 8:
+      return log_sum_exp_bf16_avx2(x, rows, d, out, scratch.data());
+#endif
+    default:
+      return log_sum_exp_rows_bf16<4>(x, rows, d, out, scratch.data());
+  }
+}
+
+void softmax_minus_one_hot_bf16(const uint16_t* x, const float* lse, const int64_t* labels, const float* scale, int64_t rows, int64_t d,
+                                uint16_t* out, int lanes) {
+  std::vector<float> scratch(static_cast<size_t>(d));
+  switch (widest(lanes)) {
+#ifdef HP_X86_WIDTHS
+    case 16:
+      return one_hot_bf16_avx512(x, lse, labels, scale, rows, d, out, scratch.data());
+    case 8:
+      return one_hot_bf16_avx2(x, lse, labels, scale, rows, d, out, scratch.data());
+#endif
+    default:
+      return softmax_minus_one_hot_rows_bf16<4>(x, lse, labels, scale, rows, d, out, scratch.data());
   }
 }
 

@@ -40,4 +40,10 @@ void log_sum_exp(const float* x, int64_t rows, int64_t d, float* out, int lanes 
 void softmax_minus_one_hot(const float* x, const float* lse, const int64_t* labels, const float* scale, int64_t rows, int64_t d, float* out,
                            int lanes = 0);
 
+// The same two over bf16 logits (their raw 16 bits), each row widened into fp32 in cache first:
+// the fp32 functions of the cast logits, bit for bit; the gradient rounded to bf16 once.
+void log_sum_exp_bf16(const uint16_t* x, int64_t rows, int64_t d, float* out, int lanes = 0);
+void softmax_minus_one_hot_bf16(const uint16_t* x, const float* lse, const int64_t* labels, const float* scale, int64_t rows, int64_t d,
+                                uint16_t* out, int lanes = 0);
+
 }  // namespace hyperparallel::models

@@ -32,6 +32,25 @@ TEST(Models, CrossEntropySumMatchesAtenWithIgnoredLabels) {
   }
 }
 
+// bf16 logits (bf16 compute) give, bit for bit, the fp32 function of their exact fp32 cast,
+// and a bf16 gradient that is the fp32 gradient rounded once: what the cast-then-loss path
+// computed, without the [N, V] fp32 copy.
+TEST(Models, CrossEntropySumOfBf16LogitsIsTheFp32FunctionOfTheirCast) {
+  for (const int64_t vocab : {1003, 16}) {
+    SCOPED_TRACE(vocab);
+    const at::Tensor bf16 = (at::randn({37, vocab}) * 4).to(at::kBFloat16).requires_grad_(true);
+    const at::Tensor fp32 = bf16.detach().to(at::kFloat).requires_grad_(true);
+    at::Tensor labels = at::randint(vocab, {37}, at::kLong);
+    labels.narrow(0, 3, 5).fill_(-100);
+    const at::Tensor got = hp::models::cross_entropy_sum(bf16, labels), want = hp::models::cross_entropy_sum(fp32, labels);
+    EXPECT_EQ(got.scalar_type(), at::kFloat);
+    EXPECT_EQ(got.item<float>(), want.item<float>());
+    const at::Tensor have = torch::autograd::grad({got * 0.3}, {bf16})[0];
+    EXPECT_EQ(have.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(have.equal(torch::autograd::grad({want * 0.3}, {fp32})[0].to(at::kBFloat16)));
+  }
+}
+
 TEST(Models, CrossEntropySumOfOnlyIgnoredLabelsIsZero) {
   const at::Tensor logits = at::randn({4, 9}).requires_grad_(true);
   const at::Tensor got = hp::models::cross_entropy_sum(logits, at::full({4}, -100, at::kLong));
@@ -67,6 +86,19 @@ TEST(Models, CrossEntropyRowsMatchAtenAtEveryWidth) {
       const at::Tensor one_hot = at::one_hot(labels.clamp_min(0), vocab).to(at::kFloat) * labels.ge(0).unsqueeze(1);
       // Probabilities to a few float ulps, times scales up to 2.
       EXPECT_LE(max_abs(out, (at::softmax(x, 1) - one_hot) * scale.unsqueeze(1)), 4e-6);
+      // bf16 rows (widened in cache): the fp32 kernels' bits on the cast values, rounded once.
+      const at::Tensor xb = x.to(at::kBFloat16), xw = xb.to(at::kFloat);
+      at::Tensor lse_b = at::empty({5}), lse_w = at::empty({5});
+      const auto bits = [](const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); };
+      hp::models::log_sum_exp_bf16(bits(xb), 5, vocab, lse_b.data_ptr<float>(), lanes);
+      hp::models::log_sum_exp(xw.data_ptr<float>(), 5, vocab, lse_w.data_ptr<float>(), lanes);
+      EXPECT_TRUE(lse_b.equal(lse_w));
+      at::Tensor out_b = at::empty({5, vocab}, at::kBFloat16), out_w = at::empty({5, vocab});
+      hp::models::softmax_minus_one_hot_bf16(bits(xb), lse_w.data_ptr<float>(), labels.data_ptr<int64_t>(), scale.data_ptr<float>(), 5, vocab,
+                                             bits(out_b), lanes);
+      hp::models::softmax_minus_one_hot(xw.data_ptr<float>(), lse_w.data_ptr<float>(), labels.data_ptr<int64_t>(), scale.data_ptr<float>(), 5,
+                                        vocab, out_w.data_ptr<float>(), lanes);
+      EXPECT_TRUE(out_b.equal(out_w.to(at::kBFloat16)));
     }
   }
 }

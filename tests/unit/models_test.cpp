@@ -250,6 +250,25 @@ TEST(Models, FusedRmsNormInBf16AgreesWithTheReferenceToBf16Rounding) {
   }
 }
 
+// The bf16 norm reads and writes bf16 rows directly: bit for bit the fp32 norm of the cast
+// inputs, its output and gradients rounded once.
+TEST(Models, FusedRmsNormInBf16IsTheFp32NormOfTheCastInputsRounded) {
+  hp::models::ParamFactory factory(false, 3, 0.02, at::kBFloat16);
+  hp::models::RMSNorm bf16_norm("Qwen3RMSNorm", 100, 1e-6, factory);
+  bf16_norm.weight.data().uniform_(0.5, 1.5);
+  hp::models::RMSNorm fp32_norm("Qwen3RMSNorm", 100, 1e-6, factory);
+  fp32_norm.weight = bf16_norm.weight.detach().to(at::kFloat).requires_grad_(true);
+  hp::models::FusedRMSNorm bf16_fused(bf16_norm), fp32_fused(fp32_norm);
+  const at::Tensor x = at::randn({2, 150, 100}).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor x32 = x.detach().to(at::kFloat).requires_grad_(true);
+  const at::Tensor gy = at::randn({2, 150, 100}).to(at::kBFloat16);
+  const at::Tensor y = bf16_fused.forward(x), y32 = fp32_fused.forward(x32);
+  EXPECT_TRUE(y.equal(y32.to(at::kBFloat16)));
+  const auto grads = torch::autograd::grad({y}, {x, bf16_fused.weight}, {gy});
+  const auto grads32 = torch::autograd::grad({y32}, {x32, fp32_fused.weight}, {gy.to(at::kFloat)});
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(grads[i].equal(grads32[i].to(at::kBFloat16))) << i;
+}
+
 TEST(Models, FusedAttentionMatchesAtLongSequencesWithPaddingAndPacking) {
   // Long enough for the causal query blocks (>= 512 positions), with right padding (as the
   // trainer pads) in one row and two packed documents in the other.

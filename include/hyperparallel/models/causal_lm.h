@@ -47,7 +47,9 @@ struct CausalLMInput {
 };
 
 struct CausalLMOutput {
-  at::Tensor logits;        // [B, T, vocab], fp32; undefined with a chunked loss
+  // [B, T, vocab], fp32; with labels and no TokenLoss, the head's own dtype (bf16 under bf16
+  // compute: what the fused loss read; its fp32 cast is exact); undefined with a chunked loss
+  at::Tensor logits;
   at::Tensor loss;          // lm_loss (+ coef * aux_loss); undefined without labels
   at::Tensor lm_loss;       // mean next-token cross-entropy over label tokens (0 if none)
   at::Tensor lm_loss_sum;   // its sum, for normalising over a global batch
@@ -143,7 +145,8 @@ class CausalLM : public torch::nn::Module {
   std::shared_ptr<AttentionCore> attention_core_;
 
   at::Tensor chunked_loss_sum(const at::Tensor& hidden, const at::Tensor& shifted_labels);
-  at::Tensor head(const at::Tensor& hidden);
+  // The head's logits: fp32, or in the head's dtype where the plain loss reads them (`for_loss`).
+  at::Tensor head(const at::Tensor& hidden, bool for_loss = false);
   at::Tensor loss_sum(const at::Tensor& logits, const at::Tensor& shifted_labels);
   at::Tensor head_loss_sum(const at::Tensor& hidden, const at::Tensor& shifted_labels);
   at::Tensor tied_head_weight() const;
