@@ -34,6 +34,7 @@
 #include "models/decoder.h"
 #include "models/fused_attention.h"
 #include "models/fused_rms_norm.h"
+#include "models/fused_swiglu.h"
 #include "models/rotary.h"
 
 namespace hp = hyperparallel;
@@ -80,7 +81,8 @@ double module_ms(Fn&& fn, int reps) {
 }
 
 // Each replacement next to the module it replaces, forward + backward, at the benchmark
-// model's sizes: the norm on [4, 512, 512], attention on 2048 tokens as 4 x 512 and 1 x 2048.
+// model's sizes: the norm on [4, 512, 512] (fp32 and bf16), the MLP on 4 x 512 tokens (fp32 and bf16),
+// attention on 2048 tokens as 4 x 512 and 1 x 2048.
 void compare_modules(const hp::models::ModelConfig& c) {
   using namespace hp::models;
   ParamFactory factory(false, 1, 0.02, at::kFloat);
@@ -91,6 +93,22 @@ void compare_modules(const hp::models::ModelConfig& c) {
   const double ref_norm = module_ms([&] { norm->forward(x).sum().backward(); }, 21);
   const double new_norm = module_ms([&] { fused_norm->forward(x).sum().backward(); }, 21);
   std::printf("%-34s %12.2f %12.2f %7.2fx\n", "Qwen3RMSNorm -> fused_rms_norm", ref_norm, new_norm, ref_norm / new_norm);
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const std::string in = dtype == at::kFloat ? "" : " (bf16)";
+    ParamFactory typed(false, 1, 0.02, dtype);
+    auto mlp = std::make_shared<Mlp>("Qwen3MLP", c.hidden_size, c.intermediate_size, false, typed);
+    auto fused_mlp = std::make_shared<FusedSwiGLUMlp>(*mlp);
+    const at::Tensor h = at::randn({4, 512, c.hidden_size}).to(dtype).requires_grad_();
+    const double ref_mlp = module_ms([&] { mlp->forward(h).sum().backward(); }, 11);
+    const double new_mlp = module_ms([&] { fused_mlp->forward(h).sum().backward(); }, 11);
+    std::printf("%-34s %12.2f %12.2f %7.2fx\n", ("Qwen3MLP -> fused_swiglu_mlp" + in).c_str(), ref_mlp, new_mlp, ref_mlp / new_mlp);
+    if (dtype == at::kFloat) continue;
+    auto typed_norm = std::make_shared<RMSNorm>("Qwen3RMSNorm", c.hidden_size, c.rms_norm_eps, typed);
+    auto typed_fused_norm = std::make_shared<FusedRMSNorm>(*typed_norm);
+    const double ref = module_ms([&] { typed_norm->forward(h).sum().backward(); }, 21);
+    const double fused = module_ms([&] { typed_fused_norm->forward(h).sum().backward(); }, 21);
+    std::printf("%-34s %12.2f %12.2f %7.2fx\n", ("Qwen3RMSNorm -> fused_rms_norm" + in).c_str(), ref, fused, ref / fused);
+  }
   auto attention = std::make_shared<Attention>(c, factory);
   auto fused_attention = std::make_shared<FusedQKVAttention>(*attention);
   for (int64_t seq : {512, 2048}) {

@@ -3,6 +3,8 @@
 # DDP and PyTorch DDP, 2 ranks: every mode launched LAUNCHES times (default 5), interleaved,
 # each launch's median step, reported as the median and min-max over launches, with the
 # ratios of the targets (docs/benchmarks.md). PyTorch DDP needs python3-torch (apt).
+# BASE_BUILD=DIR adds fsdp_base, FSDP from another build (an older commit's), to the rounds:
+# a before/after measured at the same moments.
 set -euo pipefail
 # shellcheck source=bench_lib.sh
 source "$(dirname "$0")/bench_lib.sh"
@@ -15,6 +17,9 @@ modes=(single "$run --nproc-per-node 1 -- $build/fsdp_bench single $steps")
 for mode in ddp fsdp_unfused fsdp fsdp_keep; do
   modes+=("$mode" "$run --nproc-per-node 2 -- $build/fsdp_bench $mode $steps")
 done
+if [ -n "${BASE_BUILD:-}" ]; then
+  modes+=(fsdp_base "$run --nproc-per-node 2 -- $BASE_BUILD/fsdp_bench fsdp $steps")
+fi
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
   modes+=(torch_ddp "$run --nproc-per-node 2 -- /usr/bin/python3 benchmarks/torch_ddp_bench.py $steps")
 else
@@ -26,4 +31,8 @@ ratio fsdp ddp
 ratio fsdp_keep torch_ddp
 ratio fsdp_keep ddp
 ratio ddp torch_ddp
+if [ -n "${BASE_BUILD:-}" ]; then
+  ratio fsdp fsdp_base
+  ratio fsdp_base ddp
+fi
 bench_footer
