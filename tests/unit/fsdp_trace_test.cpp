@@ -63,6 +63,25 @@ struct ShardedToyLM {
   std::optional<fsdp::FSDPModule> root;
 };
 
+// The spans of a second step (the first records the forward order that prefetch follows).
+std::vector<Span> second_step_spans(testing::RankContext& ctx) {
+  ShardedToyLM lm(ctx);
+  lm.step(ctx.rank);
+  auto trace = std::make_shared<platform::TraceRecorder>();
+  lm.root->set_trace(trace);
+  lm.step(ctx.rank);
+  return spans_of(*trace);
+}
+
+// When each all-gather was issued, in order.
+std::vector<int64_t> gather_issue_times(const std::vector<Span>& spans) {
+  std::vector<int64_t> times;
+  for (const Span& s : spans) {
+    if (s.category == "comm" && s.name == "all_gather on group 'world'") times.push_back(s.start_us);
+  }
+  return times;
+}
+
 TEST(FsdpShards, TraceRecordsComputeAndCollectivesOfEveryUnit) {
   testing::run_on_ranks(2, [](testing::RankContext& ctx) {
     ShardedToyLM lm(ctx);
@@ -88,16 +107,8 @@ TEST(FsdpShards, TraceRecordsComputeAndCollectivesOfEveryUnit) {
 // embedding), each later one's by the block before it.
 TEST(FsdpShards, EveryBlocksForwardGatherIsIssuedBeforeTheBlockRuns) {
   testing::run_on_ranks(2, [](testing::RankContext& ctx) {
-    ShardedToyLM lm(ctx);
-    lm.step(ctx.rank);  // records the forward order
-    auto trace = std::make_shared<platform::TraceRecorder>();
-    lm.root->set_trace(trace);
-    lm.step(ctx.rank);
-    const std::vector<Span> spans = spans_of(*trace);
-    std::vector<int64_t> gathers;  // issue times, forward's first: the root's, then block by block
-    for (const Span& s : spans) {
-      if (s.category == "comm" && s.name == "all_gather on group 'world'") gathers.push_back(s.start_us);
-    }
+    const std::vector<Span> spans = second_step_spans(ctx);
+    const std::vector<int64_t> gathers = gather_issue_times(spans);  // forward's first: the root's, then block by block
     ASSERT_EQ(gathers.size(), 1u + 2u * kLayers);
     for (int64_t b = 0; b < kLayers; ++b) {
       EXPECT_LT(gathers[1 + b], start_of(spans, "forward layers" + std::to_string(b))) << "block " << b;
@@ -110,16 +121,8 @@ TEST(FsdpShards, EveryBlocksForwardGatherIsIssuedBeforeTheBlockRuns) {
 // starts by issuing its own.
 TEST(FsdpShards, EveryBlocksBackwardGatherIsIssuedBeforeTheBlocksBackward) {
   testing::run_on_ranks(2, [](testing::RankContext& ctx) {
-    ShardedToyLM lm(ctx);
-    lm.step(ctx.rank);  // records the forward order
-    auto trace = std::make_shared<platform::TraceRecorder>();
-    lm.root->set_trace(trace);
-    lm.step(ctx.rank);
-    const std::vector<Span> spans = spans_of(*trace);
-    std::vector<int64_t> gathers;  // issue times: forward's (root, blocks), then backward's, last block first
-    for (const Span& s : spans) {
-      if (s.category == "comm" && s.name == "all_gather on group 'world'") gathers.push_back(s.start_us);
-    }
+    const std::vector<Span> spans = second_step_spans(ctx);
+    const std::vector<int64_t> gathers = gather_issue_times(spans);  // forward's, then backward's, last block first
     ASSERT_EQ(gathers.size(), 1u + 2u * kLayers);
     for (int64_t i = 0; i < kLayers; ++i) {
       const int64_t b = kLayers - 1 - i;
