@@ -15,8 +15,13 @@ int FSDPRoot::position(FSDPUnit* unit) const {
 
 void FSDPRoot::prefetch(FSDPUnit* unit, const std::optional<std::vector<FSDPUnit*>>& explicit_list, int depth,
                         int direction) {
+  // A unit whose gradients are reduced is done for this step (a pipeline stage's root may start
+  // backward again after a unit's last backward of the step): prefetch leaves it alone.
+  const auto gather_ahead = [](FSDPUnit* other) {
+    if (!other->reduced_since_forward()) other->unshard_async();
+  };
   if (explicit_list) {
-    for (FSDPUnit* other : *explicit_list) other->unshard_async();
+    for (FSDPUnit* other : *explicit_list) gather_ahead(other);
     return;
   }
   // The root runs first in forward and in backward and is not in the recorded order: it
@@ -27,11 +32,14 @@ void FSDPRoot::prefetch(FSDPUnit* unit, const std::optional<std::vector<FSDPUnit
   if (at < 0 && !unit->is_root()) return;
   for (int d = 1; d <= depth; ++d) {
     const int other = at + direction * d;
-    if (other >= 0 && other < static_cast<int>(forward_order_.size())) forward_order_[other]->unshard_async();
+    if (other >= 0 && other < static_cast<int>(forward_order_.size())) gather_ahead(forward_order_[other]);
   }
 }
 
 void FSDPRoot::on_pre_forward(FSDPUnit* unit) {
+  if (unit->is_root()) {  // the root's forward starts a step: every unit may be gathered again
+    for (FSDPUnit* u : units_) u->start_step();
+  }
   if (!order_final_) {
     if (!unit->is_root() && position(unit) < 0) forward_order_.push_back(unit);
     return;  // no prefetch before the order is known

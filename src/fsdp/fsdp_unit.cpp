@@ -540,6 +540,7 @@ void FSDPUnit::finish_backward() {
     }
   }
   sharded_grad_.add_(reduced_);  // with offload: device -> host
+  reduced_since_forward_ = true;
   unsharded_grad_.release(root_->pool());
   reduce_input_.release(root_->pool());
   accumulating_ = false;

@@ -103,6 +103,12 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   // Called by the root at the end of every backward, in two passes over all units.
   void finish_reduce_scatter();
   void finish_backward();
+  // Its gradients were reduced since its last forward: the optimizer may step its shards next,
+  // so a gather now could read the shards before that step; prefetch leaves it alone until the
+  // root's next forward starts a step (an optimizer's in-place update through p.data(), as
+  // LibTorch's SGD does, leaves the version counters the stale check reads untouched).
+  bool reduced_since_forward() const { return reduced_since_forward_; }
+  void start_step() { reduced_since_forward_ = false; }
 
   UnitState state() const { return state_; }
   TrainingState training_state() const { return training_state_; }
@@ -156,6 +162,7 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   std::vector<torch::nn::Module*> modules_;
   size_t forwards_done_ = 0;  // of modules_ this step: a list unit reshards after the last
   bool recomputing_ = false;  // this forward runs inside backward (activation recompute)
+  bool reduced_since_forward_ = false;
   std::shared_ptr<comm::Communicator> shard_comm_;
   std::shared_ptr<comm::Communicator> replicate_comm_;  // HSDP only
   std::shared_ptr<comm::Communicator> dp_comm_;         // every data-parallel rank
