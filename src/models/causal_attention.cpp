@@ -19,9 +19,13 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 constexpr int64_t kTilePositions = 128;  // query positions per tile
+// bf16 tiles of several items go through one batched GEMM while their scores stay under this
+// size (see the header); fp32 tiles run one item at a time.
+constexpr int64_t kGroupTileBytes = int64_t{4} << 20;
 
 struct Geometry {
   int64_t batch, kv_heads, rows, dim, keys, seq, groups, past, block, blocks;
+  int64_t items, group_items;  // (batch, KV head) items, and how many are computed together
 };
 
 Geometry geometry(const at::Tensor& q, const at::Tensor& k, int64_t seq) {
@@ -41,21 +45,41 @@ Geometry geometry(const at::Tensor& q, const at::Tensor& k, int64_t seq) {
   g.past = g.keys - seq;
   g.block = std::min(kTilePositions, seq);
   g.blocks = (seq + g.block - 1) / g.block;
+  g.items = g.batch * g.kv_heads;
+  const int64_t item_tile_bytes = g.block * g.groups * g.keys * static_cast<int64_t>(q.element_size());
+  g.group_items = q.scalar_type() == at::kFloat ? 1 : std::clamp(kGroupTileBytes / item_tile_bytes, int64_t{1}, g.items);
   return g;
 }
 
-// One tile: `rows` consecutive rows of an item's q from `row0`, the queries of positions
-// [pos0, pos0 + positions), attending over keys [0, keys).
+// A run of `count` consecutive (batch, KV head) items from `first`, computed together: each of
+// their tiles' GEMMs is one batched call for all of them.
+struct ItemGroup {
+  int64_t first, count;
+};
+
+// One tile of each of a group's items: `rows` consecutive rows of the item's q from `row0`, the
+// queries of positions [pos0, pos0 + positions), attending over keys [0, keys).
 struct Tile {
   int64_t row0, rows, pos0, positions, keys;
 };
 
-// Visits the tiles of one (batch, KV head) item; `wide` marks the blocks computed over all keys.
+// Runs fn(group) over the items, one group after another: the tile GEMMs use every BLAS thread
+// and the row kernels split their rows over the threads (see the header).
 template <typename Fn>
-void for_each_tile(const Geometry& g, const bool* wide, Fn&& fn) {
+void for_each_group(const Geometry& g, Fn&& fn) {
+  for (int64_t first = 0; first < g.items; first += g.group_items) fn(ItemGroup{first, std::min(g.group_items, g.items - first)});
+}
+
+// Visits the tiles of a group; a block is computed over all keys when `wide` marks it in any of
+// the group's batches (the keys that adds are masked for the other rows: exactly zero weight).
+template <typename Fn>
+void for_each_tile(const Geometry& g, const bool* wide, const ItemGroup& group, Fn&& fn) {
   for (int64_t blk = 0; blk < g.blocks; ++blk) {
     const int64_t pos0 = blk * g.block, positions = std::min(g.block, g.seq - pos0);
-    const int64_t keys = wide[blk] ? g.keys : g.past + pos0 + positions;
+    int64_t keys = g.past + pos0 + positions;
+    for (int64_t item = group.first; item < group.first + group.count; ++item) {
+      if (wide[item / g.kv_heads * g.blocks + blk]) keys = g.keys;
+    }
     fn(Tile{pos0 * g.groups, positions * g.groups, pos0, positions, keys});
   }
 }
@@ -69,88 +93,154 @@ at::Tensor wide_blocks(const at::Tensor& mask, const Geometry& g) {
   return closed.expand({g.batch, g.blocks}).contiguous();
 }
 
-// The tile's [rows, keys] probabilities inside an item's [rows, keys] block of `probs`: packed
-// from the tile's first row, so tiles never overlap.
-at::Tensor tile_probs(const at::Tensor& item_probs, const Geometry& g, const Tile& t) {
-  return item_probs.view(-1).narrow(0, t.row0 * g.keys, t.rows * t.keys).view({t.rows, t.keys});
+// The group's items of a [B, KV, n, D] operand as [count, n, D] (a view).
+at::Tensor group_items(const at::Tensor& t, const ItemGroup& group) { return t.flatten(0, 1).narrow(0, group.first, group.count); }
+
+// The tile's [count, rows, keys] probabilities inside the group's [count, rows, keys] block of
+// `probs`: packed from the tile's first row, so tiles never overlap.
+at::Tensor tile_probs(const at::Tensor& probs, const Geometry& g, const ItemGroup& group, const Tile& t) {
+  const int64_t offset = (group.first * g.rows + group.count * t.row0) * g.keys;
+  return probs.view(-1).narrow(0, offset, group.count * t.rows * t.keys).view({group.count, t.rows, t.keys});
 }
 
-at::Tensor scratch_tile(const at::Tensor& scratch, const Tile& t) { return scratch.narrow(0, 0, t.rows * t.keys).view({t.rows, t.keys}); }
-
-// Runs fn(b, h) for every (batch, KV head) item, one after another: the tile GEMMs use every
-// BLAS thread and the row kernels split their rows over the threads (see the header).
-template <typename Fn>
-void for_each_item(const Geometry& g, Fn&& fn) {
-  for (int64_t item = 0; item < g.batch * g.kv_heads; ++item) fn(item / g.kv_heads, item % g.kv_heads);
+at::Tensor scratch_tile(const at::Tensor& scratch, const ItemGroup& group, const Tile& t) {
+  return scratch.narrow(0, 0, group.count * t.rows * t.keys).view({group.count, t.rows, t.keys});
 }
 
-// Splits a tile's rows over the threads, in whole positions (a position's rows share a mask row).
+int64_t max_tile_size(const Geometry& g) { return g.group_items * g.block * g.groups * g.keys; }
+
+// out = a b item by item ([n, m, k] x [n, k, p]); a single item as a plain GEMM.
+void items_mm(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor result = a.size(0) == 1 ? out[0] : out;
+  if (a.size(0) == 1) {
+    at::mm_out(result, a[0], b[0]);
+  } else {
+    at::bmm_out(result, a, b);
+  }
+}
+
+// Splits a group tile's rows over the threads in whole positions (a position's rows share a mask
+// row): fn(item, row, rows, position) for runs of rows inside one of the group's items.
 template <typename Fn>
-void for_each_row_range(const Tile& t, Fn&& fn) {
+void for_each_row_range(const Tile& t, const ItemGroup& group, Fn&& fn) {
   const int64_t per_position = t.rows / t.positions;
-  at::parallel_for(0, t.positions, 16, [&](int64_t begin, int64_t end) { fn(begin * per_position, (end - begin) * per_position, begin); });
+  at::parallel_for(0, group.count * t.positions, 16, [&](int64_t begin, int64_t end) {
+    while (begin < end) {
+      const int64_t item = begin / t.positions, position = begin % t.positions, stop = std::min(end, (item + 1) * t.positions);
+      fn(item, position * per_position, (stop - begin) * per_position, position);
+      begin = stop;
+    }
+  });
 }
 
-int64_t max_tile_size(const Geometry& g) { return g.block * g.groups * g.keys; }
+uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+
+// The fp32 mask rows: row `position` of the group's item `item` ([B or 1, 1, T, S], contiguous).
+struct MaskRows {
+  const float* data;
+  int64_t batch_stride, kv_heads, keys;
+  const float* row(const ItemGroup& group, int64_t item, int64_t position) const {
+    return data + (group.first + item) / kv_heads * batch_stride + position * keys;
+  }
+};
+
+// p = softmax(s · scale + mask) over a group tile's rows, split over the threads; s and p are
+// [count, rows, keys], fp32 or bf16 (then each row is widened into fp32 in cache and the
+// probabilities rounded once).
+void softmax_tile(const at::Tensor& s, const at::Tensor& p, const ItemGroup& group, const Tile& t, float scale, const MaskRows& mask) {
+  const int64_t per_position = t.rows / t.positions;
+  const bool fp32 = s.scalar_type() == at::kFloat;
+  for_each_row_range(t, group, [&](int64_t item, int64_t row, int64_t rows, int64_t position) {
+    const float* m = mask.row(group, item, t.pos0 + position);
+    const int64_t at = (item * t.rows + row) * t.keys;
+    if (fp32) {
+      scaled_masked_softmax(s.data_ptr<float>() + at, rows, t.keys, scale, m, mask.keys, per_position, p.data_ptr<float>() + at);
+    } else {
+      scaled_masked_softmax_bf16(bf16_bits(s) + at, rows, t.keys, scale, m, mask.keys, per_position, bf16_bits(p) + at);
+    }
+  });
+}
+
+// ds = softmax'(dp) · scale over a group tile's rows in place of dp (fp32 or bf16, as softmax_tile).
+void softmax_backward_tile(const at::Tensor& p, const at::Tensor& ds, const ItemGroup& group, const Tile& t, float scale) {
+  const bool fp32 = p.scalar_type() == at::kFloat;
+  for_each_row_range(t, group, [&](int64_t item, int64_t row, int64_t rows, int64_t) {
+    const int64_t at = (item * t.rows + row) * t.keys;
+    if (fp32) {
+      scaled_softmax_backward(p.data_ptr<float>() + at, ds.data_ptr<float>() + at, rows, t.keys, scale, ds.data_ptr<float>() + at);
+    } else {
+      scaled_softmax_backward_bf16(bf16_bits(p) + at, bf16_bits(ds) + at, rows, t.keys, scale, bf16_bits(ds) + at);
+    }
+  });
+}
+
+// acc += a b item by item, acc in fp32: in place for fp32 operands; for bf16 ones through the
+// product in bf16 (one rounding per tile, as a bf16 GEMM's output) added into the fp32
+// accumulator, so the key rows that every later tile adds to are not rounded again at each tile.
+void accumulate_product(at::Tensor acc, const at::Tensor& a, const at::Tensor& b, const at::Tensor& scratch) {
+  if (a.scalar_type() == acc.scalar_type()) {
+    if (a.size(0) == 1) {
+      acc[0].addmm_(a[0], b[0]);
+    } else {
+      acc.baddbmm_(a, b);
+    }
+    return;
+  }
+  const at::Tensor product = scratch.narrow(0, 0, a.size(0) * a.size(1) * b.size(2)).view({a.size(0), a.size(1), b.size(2)});
+  items_mm(product, a, b);
+  acc.add_(product);
+}
 
 // out = softmax(q kᵀ · scale + mask) v per tile; the probabilities go to `probs` when defined
 // (else they overwrite the scores in place). `mask` is contiguous.
 at::Tensor attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scaling,
                              const Geometry& g, const at::Tensor& wide, const at::Tensor& probs) {
   at::Tensor out = at::empty_like(q);
-  const bool* wide_ptr = wide.data_ptr<bool>();
-  const float* mask_ptr = mask.data_ptr<float>();
+  const MaskRows mask_rows{mask.data_ptr<float>(), mask.size(0) == 1 ? 0 : g.seq * g.keys, g.kv_heads, g.keys};
   const at::Tensor scores = at::empty({max_tile_size(g)}, q.options());
-  for_each_item(g, [&](int64_t b, int64_t h) {
-    const at::Tensor Q = q[b][h], K = k[b][h], V = v[b][h], O = out[b][h];
-    const float* item_mask = mask_ptr + (mask.size(0) == 1 ? 0 : b) * g.seq * g.keys;
-    for_each_tile(g, wide_ptr + b * g.blocks, [&](const Tile& t) {
-      at::Tensor s = scratch_tile(scores, t);
-      at::mm_out(s, Q.narrow(0, t.row0, t.rows), K.narrow(0, 0, t.keys).t());
-      at::Tensor p = probs.defined() ? tile_probs(probs[b][h], g, t) : s;
-      const float* s_ptr = s.data_ptr<float>();
-      float* p_ptr = p.data_ptr<float>();
-      for_each_row_range(t, [&](int64_t row, int64_t rows, int64_t position) {
-        scaled_masked_softmax(s_ptr + row * t.keys, rows, t.keys, static_cast<float>(scaling), item_mask + (t.pos0 + position) * g.keys,
-                              g.keys, t.rows / t.positions, p_ptr + row * t.keys);
-      });
-      at::Tensor o = O.narrow(0, t.row0, t.rows);
-      at::mm_out(o, p, V.narrow(0, 0, t.keys));
+  for_each_group(g, [&](const ItemGroup& group) {
+    const at::Tensor Q = group_items(q, group), K = group_items(k, group), V = group_items(v, group), O = group_items(out, group);
+    for_each_tile(g, wide.data_ptr<bool>(), group, [&](const Tile& t) {
+      const at::Tensor s = scratch_tile(scores, group, t);
+      items_mm(s, Q.narrow(1, t.row0, t.rows), K.narrow(1, 0, t.keys).transpose(1, 2));
+      const at::Tensor p = probs.defined() ? tile_probs(probs, g, group, t) : s;
+      softmax_tile(s, p, group, t, static_cast<float>(scaling), mask_rows);
+      items_mm(O.narrow(1, t.row0, t.rows), p, V.narrow(1, 0, t.keys));
     });
   });
   return out;
 }
 
 // The eager core's backward, tile by tile: dV += pᵀ dO, dS = softmax'(dO vᵀ) · scale,
-// dQ = dS k, dK += dSᵀ q.
+// dQ = dS k, dK += dSᵀ q; dK and dV add up in fp32.
 variable_list attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& probs,
                                  const at::Tensor& grad_out, double scaling, const Geometry& g, const at::Tensor& wide) {
-  at::Tensor dq = at::empty_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
-  const bool* wide_ptr = wide.data_ptr<bool>();
+  const at::TensorOptions fp32 = k.options().dtype(at::kFloat);
+  at::Tensor dq = at::empty_like(q), dk = at::zeros(k.sizes(), fp32), dv = at::zeros(v.sizes(), fp32);
   const at::Tensor buffer = at::empty({max_tile_size(g)}, q.options());
-  for_each_item(g, [&](int64_t b, int64_t h) {
-    const at::Tensor Q = q[b][h], K = k[b][h], V = v[b][h], P = probs[b][h], dO = grad_out[b][h];
-    const at::Tensor dQ = dq[b][h], dK = dk[b][h], dV = dv[b][h];
-    for_each_tile(g, wide_ptr + b * g.blocks, [&](const Tile& t) {
-      const at::Tensor p = tile_probs(P, g, t), dOt = dO.narrow(0, t.row0, t.rows);
-      dV.narrow(0, 0, t.keys).addmm_(p.t(), dOt);
-      at::Tensor ds = scratch_tile(buffer, t);  // dP, then dS in place
-      at::mm_out(ds, dOt, V.narrow(0, 0, t.keys).t());
-      const float* p_ptr = p.data_ptr<float>();
-      float* ds_ptr = ds.data_ptr<float>();
-      for_each_row_range(t, [&](int64_t row, int64_t rows, int64_t) {
-        scaled_softmax_backward(p_ptr + row * t.keys, ds_ptr + row * t.keys, rows, t.keys, static_cast<float>(scaling), ds_ptr + row * t.keys);
-      });
-      at::Tensor dqt = dQ.narrow(0, t.row0, t.rows);
-      at::mm_out(dqt, ds, K.narrow(0, 0, t.keys));
-      dK.narrow(0, 0, t.keys).addmm_(ds.t(), Q.narrow(0, t.row0, t.rows));
+  const at::Tensor product = at::empty({g.group_items * g.keys * g.dim}, q.options());  // the tile's dK or dV terms, for bf16
+  for_each_group(g, [&](const ItemGroup& group) {
+    const at::Tensor Q = group_items(q, group), K = group_items(k, group), V = group_items(v, group), dO = group_items(grad_out, group);
+    const at::Tensor dQ = group_items(dq, group), dK = group_items(dk, group), dV = group_items(dv, group);
+    for_each_tile(g, wide.data_ptr<bool>(), group, [&](const Tile& t) {
+      const at::Tensor p = tile_probs(probs, g, group, t), dOt = dO.narrow(1, t.row0, t.rows), Qt = Q.narrow(1, t.row0, t.rows);
+      accumulate_product(dV.narrow(1, 0, t.keys), p.transpose(1, 2), dOt, product);
+      const at::Tensor ds = scratch_tile(buffer, group, t);  // dP, then dS in place
+      items_mm(ds, dOt, V.narrow(1, 0, t.keys).transpose(1, 2));
+      softmax_backward_tile(p, ds, group, t, static_cast<float>(scaling));
+      items_mm(dQ.narrow(1, t.row0, t.rows), ds, K.narrow(1, 0, t.keys));
+      accumulate_product(dK.narrow(1, 0, t.keys), ds.transpose(1, 2), Qt, product);
     });
   });
-  return {dq, dk, dv};
+  return {dq, dk.to(k.scalar_type()), dv.to(v.scalar_type())};
 }
 
-// The mask must be the decoder's [B or 1, 1, T, S] for these operands.
-void check_mask(const at::Tensor& mask, const Geometry& g) {
+// The mask must be the decoder's [B or 1, 1, T, S] for these operands, and k and v of q's dtype.
+void check_operands(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, const Geometry& g) {
+  if (k.scalar_type() != q.scalar_type() || v.scalar_type() != q.scalar_type()) {
+    throw std::invalid_argument(std::string("causal_attention: q, k and v must have one dtype; got ") + c10::toString(q.scalar_type()) + ", " +
+                                c10::toString(k.scalar_type()) + ", " + c10::toString(v.scalar_type()));
+  }
   if (mask.size(1) != 1 || mask.size(3) != g.keys || (mask.size(0) != 1 && mask.size(0) != g.batch)) {
     throw std::invalid_argument("causal_attention: the mask must be [B or 1, 1, T, " + std::to_string(g.keys) + "]; got [" +
                                 std::to_string(mask.size(0)) + ", " + std::to_string(mask.size(1)) + ", " + std::to_string(mask.size(2)) +
@@ -162,12 +252,15 @@ void check_mask(const at::Tensor& mask, const Geometry& g) {
 // context parallelism passes, stays a view), else a contiguous copy.
 at::Tensor packed_rows(const at::Tensor& t) { return t.stride(3) == 1 && t.stride(2) == t.size(3) ? t : t.contiguous(); }
 
+// The mask as the row kernels read it: contiguous fp32 (a bf16 mask widens exactly).
+at::Tensor fp32_mask(const at::Tensor& mask) { return mask.to(at::kFloat).contiguous(); }
+
 struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                             const at::Tensor& mask, double scaling) {
-    const at::Tensor q = q_in.contiguous(), k = packed_rows(k_in), v = packed_rows(v_in), m = mask.contiguous();
+    const at::Tensor q = q_in.contiguous(), k = packed_rows(k_in), v = packed_rows(v_in), m = fp32_mask(mask);
     const Geometry g = geometry(q, k, mask.size(2));
-    check_mask(m, g);
+    check_operands(q, k, v, m, g);
     const at::Tensor wide = wide_blocks(m, g);
     const at::Tensor probs = at::empty({g.batch, g.kv_heads, g.rows, g.keys}, q.options());
     at::Tensor out = attention_forward(q, k, v, m, scaling, g, wide, probs);
@@ -191,16 +284,16 @@ struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFuncti
 }  // namespace
 
 bool causal_attention_supports(const at::Tensor& q, const at::Tensor& mask) {
-  return q.device().is_cpu() && q.scalar_type() == at::kFloat && mask.defined() && mask.scalar_type() == at::kFloat && mask.dim() == 4 &&
-         mask.size(1) == 1 && mask.size(2) > 0;
+  const auto floating = [](const at::Tensor& t) { return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16; };
+  return q.device().is_cpu() && floating(q) && mask.defined() && floating(mask) && mask.dim() == 4 && mask.size(1) == 1 && mask.size(2) > 0;
 }
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scaling) {
   const bool needs_grad = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
   if (needs_grad) return CausalAttentionFunction::apply(q, k, v, mask, scaling);
-  const at::Tensor qc = q.contiguous(), kc = packed_rows(k), vc = packed_rows(v), m = mask.contiguous();
+  const at::Tensor qc = q.contiguous(), kc = packed_rows(k), vc = packed_rows(v), m = fp32_mask(mask);
   const Geometry g = geometry(qc, kc, mask.size(2));
-  check_mask(m, g);
+  check_operands(qc, kc, vc, m, g);
   return attention_forward(qc, kc, vc, m, scaling, g, wide_blocks(m, g), at::Tensor());
 }
 

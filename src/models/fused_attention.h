@@ -3,9 +3,9 @@
 //  - rotary embedding and the head transpose are one pass (fused_rope.h);
 //  - grouped KV heads are not repeated: the G query heads of one KV head form one
 //    [G*T, head_dim] operand of a single batched GEMM against that KV head;
-//  - the core: in fp32, the tiled kernel the eager path runs too (causal_attention.h); in
-//    other dtypes, scores scaled and masked in place in causal blocks of 256 query positions
-//    that see only the keys up to their block's end. There a query row with no visible key
+//  - the core: in fp32 and bf16, the tiled kernel the eager path runs too (causal_attention.h);
+//    in other dtypes (fp16, fp64), scores scaled and masked in place in causal blocks of 256
+//    query positions that see only the keys up to their block's end. There a query row with no visible key
 //    (left padding) gets uniform weight over the keys of its block instead of the whole row —
 //    such rows are padding and never compared or trained on.
 // The attention mask must be causal (every model here is).

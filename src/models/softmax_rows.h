@@ -1,6 +1,6 @@
 // Vectorised softmax row kernels: for the attention tiles (causal_attention.h) the scaled,
 // masked softmax of a tile of scores and its backward, each one pass over the tile while it is
-// in cache; for the cross-entropy (cross_entropy.h) each row's log-sum-exp and the gradient
+// in cache (fp32 or bf16 tiles); for the cross-entropy (cross_entropy.h) each row's log-sum-exp and the gradient
 // softmax − one-hot, each one pass over the logits.
 //
 // LibTorch's softmax runs its exp through Sleef at AVX2 width by default (about 1 ns per
@@ -31,6 +31,13 @@ void scaled_masked_softmax(const float* scores, int64_t rows, int64_t keys, floa
 // grad_probs.
 void scaled_softmax_backward(const float* probs, const float* grad_probs, int64_t rows, int64_t keys, float scale, float* grad_scores,
                              int lanes = 0);
+
+// The same two over bf16 tiles (their raw 16 bits; the mask stays fp32): each row widened into
+// fp32 in cache, the fp32 row function, the result rounded to bf16 once.
+void scaled_masked_softmax_bf16(const uint16_t* scores, int64_t rows, int64_t keys, float scale, const float* mask, int64_t mask_stride,
+                                int64_t rows_per_mask_row, uint16_t* probs, int lanes = 0);
+void scaled_softmax_backward_bf16(const uint16_t* probs, const uint16_t* grad_probs, int64_t rows, int64_t keys, float scale,
+                                  uint16_t* grad_scores, int lanes = 0);
 
 // out[r] = log Σ_j e^{x[r, j]} for a contiguous [rows, d] block.
 void log_sum_exp(const float* x, int64_t rows, int64_t d, float* out, int lanes = 0);

@@ -159,4 +159,32 @@ struct Lanes {
   }
 };
 
+// Runs body.template run<kLanes>() at the widest width the CPU runs (or at `lanes`), inlined
+// into an entry point compiled for that width's instructions (the pattern in the header note):
+// a kernel writes its rows once as a functor with an HP_INLINE member template run<kLanes>().
+#ifdef HP_X86_WIDTHS
+template <class Body>
+__attribute__((target("avx512f"))) void run_16_lanes(const Body& body) {
+  body.template run<16>();
+}
+template <class Body>
+__attribute__((target("avx2,fma"))) void run_8_lanes(const Body& body) {
+  body.template run<8>();
+}
+#endif
+
+template <class Body>
+void run_widest(int lanes, const Body& body) {
+  switch (widest_lanes(lanes)) {
+#ifdef HP_X86_WIDTHS
+    case 16:
+      return run_16_lanes(body);
+    case 8:
+      return run_8_lanes(body);
+#endif
+    default:
+      return body.template run<4>();
+  }
+}
+
 }  // namespace hyperparallel::models::vector_lanes

@@ -3,6 +3,7 @@
 // with grouped KV heads, left and right padding (rows that see no key),
 // packed documents, cached keys (decoding) and sequences that are not a multiple of the tile.
 #include <gtest/gtest.h>
+#include <cstdio>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <ATen/ATen.h>
@@ -23,15 +24,18 @@ struct Case {
 
 double max_abs(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
-// The eager core on q [B, H, T, D], k, v [B, KV, S, D]; returns [B, H, T, D].
+// The eager core on q [B, H, T, D], k, v [B, KV, S, D]; returns [B, H, T, D]. In bf16 the
+// products, scale and mask add run in bf16 and the softmax in fp32, as transformers runs it.
 at::Tensor eager_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scaling) {
   const int64_t groups = q.size(1) / k.size(1);
   const at::Tensor kr = k.repeat_interleave(groups, 1), vr = v.repeat_interleave(groups, 1);
   const at::Tensor scores = at::matmul(q, kr.transpose(2, 3)) * scaling + mask;
-  return at::matmul(at::softmax(scores, -1, at::kFloat), vr);
+  return at::matmul(at::softmax(scores, -1, at::kFloat).to(q.scalar_type()), vr);
 }
 
-at::Tensor case_mask(const Case& c) {
+uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+
+at::Tensor case_mask(const Case& c, at::ScalarType dtype = at::kFloat) {
   at::Tensor attention_mask, position_ids;
   const int64_t keys = c.past + c.seq;
   if (c.padding) {  // row 0 left-padded (its first positions see no key), the last row right-padded
@@ -42,7 +46,7 @@ at::Tensor case_mask(const Case& c) {
   if (c.documents) {
     position_ids = at::cat({at::arange(c.seq / 3), at::arange(c.seq - c.seq / 3)}).view({1, c.seq}).expand({c.batch, c.seq});
   }
-  return hp::models::build_attention_mask(c.batch, c.seq, attention_mask, position_ids, c.documents, at::kFloat, c.past);
+  return hp::models::build_attention_mask(c.batch, c.seq, attention_mask, position_ids, c.documents, dtype, c.past);
 }
 
 }  // namespace
@@ -112,8 +116,85 @@ TEST(Models, SoftmaxRowsMatchAtenAtEveryWidth) {
       at::Tensor got = grad.clone();  // in place, as the kernel's backward runs it
       hp::models::scaled_softmax_backward(probs.data_ptr<float>(), got.data_ptr<float>(), rows, keys, 0.7f, got.data_ptr<float>(), lanes);
       EXPECT_LE(max_abs(got, expected_grad), 1e-5 * std::max(1.0, expected_grad.abs().max().item<double>()));
+      // bf16 tiles (widened in cache): the fp32 rows' bits on the cast values, rounded once.
+      const at::Tensor scores_b = scores.to(at::kBFloat16), grad_b = grad.to(at::kBFloat16);
+      at::Tensor probs_b = at::empty({rows, keys}, at::kBFloat16), probs_w = scores_b.to(at::kFloat);
+      hp::models::scaled_masked_softmax_bf16(bf16_bits(scores_b), rows, keys, 0.7f, mask.data_ptr<float>(), keys, per_mask_row,
+                                             bf16_bits(probs_b), lanes);
+      hp::models::scaled_masked_softmax(probs_w.data_ptr<float>(), rows, keys, 0.7f, mask.data_ptr<float>(), keys, per_mask_row,
+                                        probs_w.data_ptr<float>(), lanes);
+      EXPECT_TRUE(probs_b.equal(probs_w.to(at::kBFloat16)));
+      at::Tensor grad_w = grad_b.to(at::kFloat), p_w = probs_b.to(at::kFloat);
+      hp::models::scaled_softmax_backward_bf16(bf16_bits(probs_b), bf16_bits(grad_b), rows, keys, 0.7f, bf16_bits(grad_b), lanes);
+      hp::models::scaled_softmax_backward(p_w.data_ptr<float>(), grad_w.data_ptr<float>(), rows, keys, 0.7f, grad_w.data_ptr<float>(), lanes);
+      EXPECT_TRUE(grad_b.equal(grad_w.to(at::kBFloat16)));
     }
   }
+}
+
+// bf16: the kernel's output and gradients are at least as close to the fp32 core's on the same
+// bf16 inputs as the eager core run in bf16 is (its products, scale and mask add in bf16), with
+// LibTorch's bf16 GEMMs through oneDNN (AVX512_BF16 CPUs) and through its own gemm (what a CPU
+// without AVX-512 runs, which accumulates in bf16).
+TEST(Models, CausalAttentionInBf16IsAsCloseToFp32AsTheEagerBf16Core) {
+  const Case cases[] = {
+      {"tiles, GQA, padding", 2, 2, 2, 300, 0, 16, true, false},
+      {"documents", 1, 2, 4, 200, 0, 64, false, true},
+      {"cached keys", 2, 2, 4, 24, 200, 32, true, false},
+  };
+  const double scaling = 0.125;
+  const bool mkldnn = at::globalContext().userEnabledMkldnn();
+  for (const bool onednn : {true, false}) {
+    at::globalContext().setUserEnabledMkldnn(onednn);
+    at::manual_seed(11);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(c.name) + (onednn ? ", oneDNN" : ", LibTorch's gemm"));
+      const int64_t heads = c.kv_heads * c.groups, keys = c.past + c.seq;
+      const at::Tensor q16 = at::randn({c.batch, heads, c.seq, c.dim}).to(at::kBFloat16) * 2;
+      const at::Tensor k16 = at::randn({c.batch, c.kv_heads, keys, c.dim}).to(at::kBFloat16) * 2;
+      const at::Tensor v16 = at::randn({c.batch, c.kv_heads, keys, c.dim}).to(at::kBFloat16);
+      const at::Tensor gy16 = at::randn({c.batch, heads, c.seq, c.dim}).to(at::kBFloat16);
+      const at::Tensor mask = case_mask(c, at::kBFloat16);  // as the decoder builds it for a bf16 model
+      // out, dq, dk, dv in fp32, from operands of `dtype`, through the kernel or the eager core.
+      const auto run = [&](at::ScalarType dtype, bool kernel) {
+        const at::Tensor q = q16.to(dtype).requires_grad_(true), k = k16.to(dtype).requires_grad_(true);
+        const at::Tensor v = v16.to(dtype).requires_grad_(true), m = mask.to(dtype);
+        const at::Tensor out =
+            kernel ? hp::models::causal_attention_heads(q, k, v, m, scaling).transpose(1, 2) : eager_core(q, k, v, m, scaling);
+        EXPECT_EQ(out.scalar_type(), dtype);
+        std::vector<at::Tensor> result{out.to(at::kFloat)};
+        for (const at::Tensor& g : torch::autograd::grad({out}, {q, k, v}, {gy16.to(dtype)})) result.push_back(g.to(at::kFloat));
+        return result;
+      };
+      const auto truth = run(at::kFloat, false), eager = run(at::kBFloat16, false), kernel = run(at::kBFloat16, true);
+      // Mean absolute error over the mean magnitude: steadier than the largest single rounding.
+      const auto error = [](const at::Tensor& got, const at::Tensor& want) {
+        return (got - want).abs().mean().item<double>() / want.abs().mean().item<double>();
+      };
+      for (size_t i = 0; i < truth.size(); ++i) {
+        const double eager_error = error(eager[i], truth[i]), kernel_error = error(kernel[i], truth[i]);
+        EXPECT_LE(kernel_error, 1.3 * eager_error) << i;
+        EXPECT_LE(kernel_error, 3e-2) << i;
+        std::printf("%s%s [%zu]: mean error / mean |x|: eager bf16 %.2e, kernel bf16 %.2e\n", c.name, onednn ? "" : " (gemm)", i, eager_error,
+                    kernel_error);
+      }
+    }
+  }
+  at::globalContext().setUserEnabledMkldnn(mkldnn);
+}
+
+// The same in bf16, where the items go through batched GEMMs: narrowed keys give the numbers of
+// the same keys packed.
+TEST(Models, CausalAttentionInBf16TakesNarrowedKeys) {
+  const int64_t batch = 2, kv_heads = 2, groups = 2, seq = 140, past = 10, dim = 16;
+  const at::Tensor q = at::randn({batch, kv_heads * groups, seq, dim}).to(at::kBFloat16);
+  const at::Tensor k_all = at::randn({batch, kv_heads, 200, dim}).to(at::kBFloat16), v_all = at::randn({batch, kv_heads, 200, dim}).to(at::kBFloat16);
+  const at::Tensor k = k_all.narrow(2, 0, past + seq), v = v_all.narrow(2, 0, past + seq);
+  const at::Tensor mask = hp::models::build_attention_mask(1, seq, at::Tensor(), at::Tensor(), false, at::kBFloat16, past);
+  const at::Tensor narrowed = hp::models::causal_attention_heads(q, k, v, mask, 0.25);
+  EXPECT_TRUE(narrowed.equal(hp::models::causal_attention_heads(q, k.contiguous(), v.contiguous(), mask, 0.25)));
+  EXPECT_LE(max_abs(narrowed.to(at::kFloat), eager_core(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), mask.to(at::kFloat), 0.25).transpose(1, 2)),
+            5e-2);
 }
 
 // Context parallelism's use: keys narrowed out of a longer tensor (a view, not packed per
