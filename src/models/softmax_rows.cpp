@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 
 #include "vector_lanes.h"
 
@@ -68,67 +67,64 @@ HP_INLINE void softmax_backward_row(const float* p, const float* dp, int64_t d, 
   if (tail) L::store_tail(ds + body, tail, p_tail * (dp_tail - row_dot) * scale);
 }
 
+// Rows of fp32 (T = float) or bf16 (T = uint16_t) tiles and logits: a bf16 row is widened into
+// an fp32 scratch row in cache, goes through the fp32 row kernel, and its result is rounded
+// once, so it gets the fp32 path's bits for the cast values.
+template <int kLanes>
+HP_INLINE const float* widened(const float* row, int64_t, float*) {
+  return row;
+}
+template <int kLanes>
+HP_INLINE const float* widened(const uint16_t* row, int64_t d, float* scratch) {
+  Lanes<kLanes>::widen_row(row, d, scratch);
+  return scratch;
+}
+// Where a row's fp32 result goes: an fp32 output row itself, a bf16 one's scratch row ...
+HP_INLINE float* fp32_result(float* out, float*) { return out; }
+HP_INLINE float* fp32_result(uint16_t*, float* scratch) { return scratch; }
+// ... and how it is stored: already in place, or rounded into the bf16 row.
+template <int kLanes>
+HP_INLINE void store_result(const float*, int64_t, float*) {}
+template <int kLanes>
+HP_INLINE void store_result(const float* result, int64_t d, uint16_t* out) {
+  Lanes<kLanes>::round_row(result, d, out);
+}
+
 // The row kernels as functors for vector_lanes::run_widest: run<kLanes>() walks the rows.
+template <typename T>
 struct SoftmaxRows {
-  const float* scores;
+  const T* scores;
   int64_t rows, keys;
   float scale;
   const float* mask;
   int64_t mask_stride, rows_per_mask_row;
-  float* probs;
+  T* probs;
+  float* scratch;  // keys floats, for bf16
   template <int kLanes>
   HP_INLINE void run() const {
     for (int64_t r = 0; r < rows; ++r) {
-      softmax_row<kLanes>(scores + r * keys, mask + (r / rows_per_mask_row) * mask_stride, keys, scale, probs + r * keys);
+      float* result = fp32_result(probs + r * keys, scratch);
+      softmax_row<kLanes>(widened<kLanes>(scores + r * keys, keys, scratch), mask + (r / rows_per_mask_row) * mask_stride, keys, scale, result);
+      store_result<kLanes>(result, keys, probs + r * keys);
     }
   }
 };
 
+template <typename T>
 struct SoftmaxBackwardRows {
-  const float *probs, *grad_probs;
+  const T *probs, *grad_probs;
   int64_t rows, keys;
   float scale;
-  float* grad_scores;
-  template <int kLanes>
-  HP_INLINE void run() const {
-    for (int64_t r = 0; r < rows; ++r) softmax_backward_row<kLanes>(probs + r * keys, grad_probs + r * keys, keys, scale, grad_scores + r * keys);
-  }
-};
-
-// bf16 tiles: each row widened into an fp32 scratch row (in cache), the fp32 row kernel, the
-// result rounded once.
-struct SoftmaxRowsBf16 {
-  const uint16_t* scores;
-  int64_t rows, keys;
-  float scale;
-  const float* mask;
-  int64_t mask_stride, rows_per_mask_row;
-  uint16_t* probs;
-  float* scratch;  // keys floats
+  T* grad_scores;
+  float* scratch;  // 2 x keys floats, for bf16
   template <int kLanes>
   HP_INLINE void run() const {
     for (int64_t r = 0; r < rows; ++r) {
-      Lanes<kLanes>::widen_row(scores + r * keys, keys, scratch);
-      softmax_row<kLanes>(scratch, mask + (r / rows_per_mask_row) * mask_stride, keys, scale, scratch);
-      Lanes<kLanes>::round_row(scratch, keys, probs + r * keys);
-    }
-  }
-};
-
-struct SoftmaxBackwardRowsBf16 {
-  const uint16_t *probs, *grad_probs;
-  int64_t rows, keys;
-  float scale;
-  uint16_t* grad_scores;
-  float* scratch;  // 2 x keys floats
-  template <int kLanes>
-  HP_INLINE void run() const {
-    float *p = scratch, *dp = scratch + keys;
-    for (int64_t r = 0; r < rows; ++r) {
-      Lanes<kLanes>::widen_row(probs + r * keys, keys, p);
-      Lanes<kLanes>::widen_row(grad_probs + r * keys, keys, dp);
-      softmax_backward_row<kLanes>(p, dp, keys, scale, dp);
-      Lanes<kLanes>::round_row(dp, keys, grad_scores + r * keys);
+      const float* p = widened<kLanes>(probs + r * keys, keys, scratch);
+      const float* dp = widened<kLanes>(grad_probs + r * keys, keys, scratch + keys);
+      float* result = fp32_result(grad_scores + r * keys, scratch + keys);
+      softmax_backward_row<kLanes>(p, dp, keys, scale, result);
+      store_result<kLanes>(result, keys, grad_scores + r * keys);
     }
   }
 };
@@ -159,19 +155,6 @@ HP_INLINE void softmax_minus_one_hot_row(const float* row, float shift, int64_t 
   if (label >= 0) o[label] -= g;
 }
 
-// A row as fp32: an fp32 row itself, a bf16 row widened into `scratch` (exact).
-template <int kLanes>
-HP_INLINE const float* widened(const float* row, int64_t, float*) {
-  return row;
-}
-template <int kLanes>
-HP_INLINE const float* widened(const uint16_t* row, int64_t d, float* scratch) {
-  Lanes<kLanes>::widen_row(row, d, scratch);
-  return scratch;
-}
-
-// Rows of fp32 (T = float) or bf16 logits (T = uint16_t, each row widened into `scratch` first:
-// the fp32 path's bits for the cast logits).
 template <typename T>
 struct LogSumExpRows {
   const T* x;
@@ -196,13 +179,9 @@ struct SoftmaxMinusOneHotRows {
   template <int kLanes>
   HP_INLINE void run() const {
     for (int64_t r = 0; r < rows; ++r) {
-      if constexpr (std::is_same_v<T, float>) {
-        softmax_minus_one_hot_row<kLanes>(x + r * d, lse[r], labels[r], scale[r], d, out + r * d);
-      } else {
-        Lanes<kLanes>::widen_row(x + r * d, d, scratch);
-        softmax_minus_one_hot_row<kLanes>(scratch, lse[r], labels[r], scale[r], d, scratch);
-        Lanes<kLanes>::round_row(scratch, d, out + r * d);
-      }
+      float* result = fp32_result(out + r * d, scratch);
+      softmax_minus_one_hot_row<kLanes>(widened<kLanes>(x + r * d, d, scratch), lse[r], labels[r], scale[r], d, result);
+      store_result<kLanes>(result, d, out + r * d);
     }
   }
 };
@@ -217,24 +196,24 @@ std::vector<int> softmax_row_widths() {
 
 void scaled_masked_softmax(const float* scores, int64_t rows, int64_t keys, float scale, const float* mask, int64_t mask_stride,
                            int64_t rows_per_mask_row, float* probs, int lanes) {
-  vector_lanes::run_widest(lanes, SoftmaxRows{scores, rows, keys, scale, mask, mask_stride, rows_per_mask_row, probs});
+  vector_lanes::run_widest(lanes, SoftmaxRows<float>{scores, rows, keys, scale, mask, mask_stride, rows_per_mask_row, probs, nullptr});
 }
 
 void scaled_softmax_backward(const float* probs, const float* grad_probs, int64_t rows, int64_t keys, float scale, float* grad_scores,
                              int lanes) {
-  vector_lanes::run_widest(lanes, SoftmaxBackwardRows{probs, grad_probs, rows, keys, scale, grad_scores});
+  vector_lanes::run_widest(lanes, SoftmaxBackwardRows<float>{probs, grad_probs, rows, keys, scale, grad_scores, nullptr});
 }
 
 void scaled_masked_softmax_bf16(const uint16_t* scores, int64_t rows, int64_t keys, float scale, const float* mask, int64_t mask_stride,
                                 int64_t rows_per_mask_row, uint16_t* probs, int lanes) {
   std::vector<float> scratch(static_cast<size_t>(keys));
-  vector_lanes::run_widest(lanes, SoftmaxRowsBf16{scores, rows, keys, scale, mask, mask_stride, rows_per_mask_row, probs, scratch.data()});
+  vector_lanes::run_widest(lanes, SoftmaxRows<uint16_t>{scores, rows, keys, scale, mask, mask_stride, rows_per_mask_row, probs, scratch.data()});
 }
 
 void scaled_softmax_backward_bf16(const uint16_t* probs, const uint16_t* grad_probs, int64_t rows, int64_t keys, float scale,
                                   uint16_t* grad_scores, int lanes) {
   std::vector<float> scratch(static_cast<size_t>(2 * keys));
-  vector_lanes::run_widest(lanes, SoftmaxBackwardRowsBf16{probs, grad_probs, rows, keys, scale, grad_scores, scratch.data()});
+  vector_lanes::run_widest(lanes, SoftmaxBackwardRows<uint16_t>{probs, grad_probs, rows, keys, scale, grad_scores, scratch.data()});
 }
 
 void log_sum_exp(const float* x, int64_t rows, int64_t d, float* out, int lanes) {
