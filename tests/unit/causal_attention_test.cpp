@@ -243,5 +243,10 @@ TEST(Models, SoftmaxRowsKeepNaN) {
     hp::models::scaled_masked_softmax(scores.data_ptr<float>(), 2, 37, 1.0f, mask.data_ptr<float>(), 37, 1, probs.data_ptr<float>(), lanes);
     EXPECT_TRUE(probs[0].isnan().all().item<bool>());
     EXPECT_FALSE(probs[1].isnan().any().item<bool>());
+    const at::Tensor scores_b = scores.to(at::kBFloat16);  // and through the bf16 rows
+    at::Tensor probs_b = at::empty({2, 37}, at::kBFloat16);
+    hp::models::scaled_masked_softmax_bf16(bf16_bits(scores_b), 2, 37, 1.0f, mask.data_ptr<float>(), 37, 1, bf16_bits(probs_b), lanes);
+    EXPECT_TRUE(probs_b[0].isnan().all().item<bool>());
+    EXPECT_FALSE(probs_b[1].isnan().any().item<bool>());
   }
 }
