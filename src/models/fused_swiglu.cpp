@@ -75,53 +75,37 @@ HP_INLINE void backward_body(const T* g, const T* u, const T* dh, T* dg, T* du, 
   for (int64_t i = body; i < n; ++i) dg[i] = dgt[i - body], du[i] = dut[i - body];
 }
 
-// One entry point per width and element type (vector_lanes.h: why the targets).
-#define HP_SWIGLU_ENTRIES(T, suffix)                                                                                   \
-  __attribute__((target("avx512f"))) void forward_avx512_##suffix(const T* g, const T* u, T* h, int64_t n) {           \
-    forward_body<16>(g, u, h, n);                                                                                      \
-  }                                                                                                                    \
-  __attribute__((target("avx2,fma"))) void forward_avx2_##suffix(const T* g, const T* u, T* h, int64_t n) {            \
-    forward_body<8>(g, u, h, n);                                                                                       \
-  }                                                                                                                    \
-  __attribute__((target("avx512f"))) void backward_avx512_##suffix(const T* g, const T* u, const T* dh, T* dg, T* du,  \
-                                                                   int64_t n) {                                        \
-    backward_body<16>(g, u, dh, dg, du, n);                                                                            \
-  }                                                                                                                    \
-  __attribute__((target("avx2,fma"))) void backward_avx2_##suffix(const T* g, const T* u, const T* dh, T* dg, T* du,   \
-                                                                  int64_t n) {                                         \
-    backward_body<8>(g, u, dh, dg, du, n);                                                                             \
+// The kernels as functors for vector_lanes::run_widest (one entry point per width).
+template <typename T>
+struct ForwardElements {
+  const T *g, *u;
+  T* h;
+  int64_t n;
+  template <int kLanes>
+  HP_INLINE void run() const {
+    forward_body<kLanes>(g, u, h, n);
   }
-#ifdef HP_X86_WIDTHS
-HP_SWIGLU_ENTRIES(float, fp32)
-HP_SWIGLU_ENTRIES(uint16_t, bf16)
-#endif
+};
+
+template <typename T>
+struct BackwardElements {
+  const T *g, *u, *dh;
+  T *dg, *du;
+  int64_t n;
+  template <int kLanes>
+  HP_INLINE void run() const {
+    backward_body<kLanes>(g, u, dh, dg, du, n);
+  }
+};
 
 template <typename T>
 void forward_at(const T* g, const T* u, T* h, int64_t n, int lanes) {
-  switch (vector_lanes::widest_lanes(lanes)) {
-#ifdef HP_X86_WIDTHS
-    case 16:
-      if constexpr (std::is_same_v<T, float>) return forward_avx512_fp32(g, u, h, n); else return forward_avx512_bf16(g, u, h, n);
-    case 8:
-      if constexpr (std::is_same_v<T, float>) return forward_avx2_fp32(g, u, h, n); else return forward_avx2_bf16(g, u, h, n);
-#endif
-    default:
-      return forward_body<4>(g, u, h, n);
-  }
+  vector_lanes::run_widest(lanes, ForwardElements<T>{g, u, h, n});
 }
 
 template <typename T>
 void backward_at(const T* g, const T* u, const T* dh, T* dg, T* du, int64_t n, int lanes) {
-  switch (vector_lanes::widest_lanes(lanes)) {
-#ifdef HP_X86_WIDTHS
-    case 16:
-      if constexpr (std::is_same_v<T, float>) return backward_avx512_fp32(g, u, dh, dg, du, n); else return backward_avx512_bf16(g, u, dh, dg, du, n);
-    case 8:
-      if constexpr (std::is_same_v<T, float>) return backward_avx2_fp32(g, u, dh, dg, du, n); else return backward_avx2_bf16(g, u, dh, dg, du, n);
-#endif
-    default:
-      return backward_body<4>(g, u, dh, dg, du, n);
-  }
+  vector_lanes::run_widest(lanes, BackwardElements<T>{g, u, dh, dg, du, n});
 }
 
 // The element pointers of a contiguous fp32 or bf16 tensor, as the kernels take them.

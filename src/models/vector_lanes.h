@@ -4,7 +4,8 @@
 //
 // How a kernel uses them: its body is a template over the lane count, forced inline into
 // entry points compiled with target("avx512f") (16 lanes), target("avx2,fma") (8) and the
-// baseline (4), and each call picks the widest the CPU runs (widest_lanes). Each width is then
+// baseline (4), and each call picks the widest the CPU runs (widest_lanes); run_widest below
+// does both for a kernel written as a functor. Each width is then
 // lowered to its own instructions: a 16-lane vector compiled for AVX2 is split into scalar
 // code by the generic lowering (10x slower), and an "arch=" target (target_clones) refuses the
 // inlining. The vectors never cross a call, so the ABI note GCC prints for 64-byte vector
