@@ -114,31 +114,96 @@ const Family& pick_family(const Reader& r) {
                   "' is not supported; supported: " + family_list());
 }
 
-RopeScaling parse_rope_scaling(const Reader& r) {
+// One rope scaling object: 4.x's rope_scaling, or 5.x's rope_parameters (which also holds
+// rope_theta). `what` names it in errors.
+RopeScaling parse_rope_object(const Reader& r, const Json& j, const std::string& what) {
   RopeScaling s;
-  if (!r.has("rope_scaling")) return s;
-  const Json& j = r.json()["rope_scaling"];
-  if (!j.is_object()) throw UserError(r.where() + ": rope_scaling must be an object or null");
+  if (!j.is_object()) throw UserError(r.where() + ": " + what + " must be an object or null");
   const char* type_key = j.contains("rope_type") ? "rope_type" : "type";
-  if (!j.contains(type_key) || !j[type_key].is_string()) throw UserError(r.where() + ": rope_scaling has no rope_type");
+  if (!j.contains(type_key) || !j[type_key].is_string()) throw UserError(r.where() + ": " + what + " has no rope_type");
   s.type = j[type_key].get<std::string>();
   if (s.type != "default" && s.type != "linear" && s.type != "llama3") {
-    throw UserError(r.where() + ": rope_scaling type '" + s.type + "' is not supported; supported: default, linear, llama3");
+    throw UserError(r.where() + ": " + what + " type '" + s.type + "' is not supported; supported: default, linear, llama3");
+  }
+  if (r.number(j, "partial_rotary_factor", 1.0, true) != 1.0) {
+    throw UserError(r.where() + ": " + what + ".partial_rotary_factor = " + j["partial_rotary_factor"].dump() +
+                    " (rotary on part of each head) is not supported; the families here rotate the whole head");
   }
   s.factor = r.number(j, "factor", 1.0, true);
   s.low_freq_factor = r.number(j, "low_freq_factor", 1.0, true);
   s.high_freq_factor = r.number(j, "high_freq_factor", 4.0, true);
-  if (j.contains("original_max_position_embeddings")) {
+  if (j.contains("original_max_position_embeddings") && !j["original_max_position_embeddings"].is_null()) {
     const Json& v = j["original_max_position_embeddings"];
     if (!v.is_number_integer() || v.get<int64_t>() < 1) {
-      throw UserError(r.where() + ": rope_scaling.original_max_position_embeddings must be a positive integer");
+      throw UserError(r.where() + ": " + what + ".original_max_position_embeddings must be a positive integer");
     }
     s.original_max_position_embeddings = v.get<int64_t>();
   }
   if (s.type == "llama3" && s.high_freq_factor <= s.low_freq_factor) {
-    throw UserError(r.where() + ": rope_scaling high_freq_factor must exceed low_freq_factor");
+    throw UserError(r.where() + ": " + what + " high_freq_factor must exceed low_freq_factor");
   }
   return s;
+}
+
+bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
+  return a.type == b.type && a.factor == b.factor && (a.type != "llama3" || (a.low_freq_factor == b.low_freq_factor &&
+         a.high_freq_factor == b.high_freq_factor && a.original_max_position_embeddings == b.original_max_position_embeddings));
+}
+
+// Rotary settings in either spelling: transformers 4.x writes rope_theta + rope_scaling,
+// 5.x writes rope_parameters {rope_theta, rope_type, ...} (docs/models.md "config.json").
+// A folder that spells both is read only if they agree: silently preferring one would train
+// a different model from the one the other spelling describes.
+void parse_rope(const Reader& r, ModelConfig& c) {
+  c.rope_theta = r.number("rope_theta", 10000.0, true);
+  if (r.has("rope_scaling")) c.rope_scaling = parse_rope_object(r, r.json()["rope_scaling"], "rope_scaling");
+  if (r.has("partial_rotary_factor") && r.number("partial_rotary_factor", 1.0, true) != 1.0) {
+    throw UserError(r.where() + ": partial_rotary_factor = " + r.json()["partial_rotary_factor"].dump() +
+                    " (rotary on part of each head) is not supported; the families here rotate the whole head");
+  }
+  if (!r.has("rope_parameters")) return;
+  const Json& p = r.json()["rope_parameters"];
+  if (p.is_object()) {
+    for (const auto& item : p.items()) {
+      if (item.value().is_object()) {
+        throw UserError(r.where() + ": rope_parameters per layer type ('" + item.key() +
+                        "': {...}) is not supported; the families here use one rotary setting for every layer");
+      }
+    }
+  }
+  const RopeScaling scaling = parse_rope_object(r, p, "rope_parameters");
+  const double theta = r.number(p, "rope_theta", r.has("rope_theta") ? c.rope_theta : 10000.0, true);
+  if (r.has("rope_theta") && theta != c.rope_theta) {
+    throw UserError(r.where() + ": rope_theta = " + r.json()["rope_theta"].dump() + " disagrees with rope_parameters.rope_theta = " +
+                    p["rope_theta"].dump() + "; keep one of them");
+  }
+  if (r.has("rope_scaling") && !same_scaling(scaling, c.rope_scaling)) {
+    throw UserError(r.where() + ": rope_scaling and rope_parameters describe different rotary scalings; keep one of them");
+  }
+  c.rope_theta = theta;
+  c.rope_scaling = scaling;
+}
+
+// Keys of transformers configs that change the math and that no family here implements:
+// refused, so that a folder is never trained as a different model than it describes.
+void refuse_unimplemented(const Reader& r, const ModelConfig& c) {
+  if (r.has("layer_types")) {
+    const Json& types = r.json()["layer_types"];
+    if (!types.is_array() || static_cast<int64_t>(types.size()) != c.num_hidden_layers) {
+      throw UserError(r.where() + ": layer_types must list one entry per layer (" + std::to_string(c.num_hidden_layers) + ")");
+    }
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] != "full_attention") {
+        throw UserError(r.where() + ": layer_types[" + std::to_string(i) + "] = " + excerpt(types[i].dump(), 40, false) +
+                        " is not supported; every layer here is full_attention (sliding-window attention is not implemented)");
+      }
+    }
+  }
+  const double dropout = r.number("attention_dropout", 0.0, false);
+  if (dropout != 0.0) {
+    throw UserError(r.where() + ": attention_dropout = " + r.json()["attention_dropout"].dump() +
+                    " is not supported (no dropout in attention); set it to 0.0");
+  }
 }
 
 }  // namespace
@@ -213,11 +278,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.head_dim = r.integer("head_dim", c.hidden_size / c.num_attention_heads, 1);
   if (c.head_dim % 2 != 0) throw UserError(where + ": head_dim " + std::to_string(c.head_dim) + " must be even for rotary embeddings");
   c.max_position_embeddings = r.integer("max_position_embeddings", 2048, 1);
-  c.rope_theta = r.number("rope_theta", 10000.0, true);
+  parse_rope(r, c);
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6, true);
   c.initializer_range = r.number("initializer_range", 0.02, true);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);  // every family's HF default
-  c.rope_scaling = parse_rope_scaling(r);
   const std::string act = r.has("hidden_act") ? r.string("hidden_act") : "silu";
   if (act != "silu") throw UserError(where + ": hidden_act '" + act + "' is not supported; supported: silu");
   if (c.model_type == "llama") {
@@ -253,6 +317,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       }
     }
   }
+  refuse_unimplemented(r, c);
   check_plausible_size(c, where);
   c.source_json = json_text;
   return c;
@@ -317,7 +382,8 @@ std::string model_config_json(const ModelConfig& c, const std::string& torch_dty
     j["use_cache"] = true;
     j["vocab_size"] = c.vocab_size;
   }
-  j["torch_dtype"] = torch_dtype;
+  // The dtype in the spelling the folder used (transformers 5 writes dtype, 4.x torch_dtype).
+  j[j.contains("dtype") ? "dtype" : "torch_dtype"] = torch_dtype;
   return j.dump(2) + "\n";
 }
 

@@ -338,6 +338,80 @@ TEST(Models, PlanOverrideMistakesListWhatExists) {
   EXPECT_EQ(built, 4);
 }
 
+// transformers 5 writes rope_parameters {rope_theta, rope_type, ...}, dtype and layer_types
+// where 4.x wrote rope_theta, rope_scaling and torch_dtype. Both spellings of one model give
+// the same model; a theta that is not the default shows it was read (a 5.x folder once ran
+// silently with the default 10000).
+TEST(Models, TransformersFiveConfigSpellingReadsTheSameRotarySettings) {
+  const std::string old_style = edited_fixture("qwen3", "\"rope_theta\": 10000.0", "\"rope_theta\": 1000000.0");
+  const std::string new_style = temp_dir("edited_qwen3_v5");
+  fs::copy(kFixtures + "/qwen3/model.safetensors", new_style + "/model.safetensors");
+  std::string config = read_text(kFixtures + "/qwen3/config.json");
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"\"rope_scaling\": null,\n", ""},
+           {"\"rope_theta\": 10000.0,", "\"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"},"},
+           {"\"torch_dtype\": \"float32\"", "\"dtype\": \"float32\""},
+           {"\"max_window_layers\": 28,", "\"layer_types\": [\"full_attention\", \"full_attention\"], \"max_window_layers\": 28,"}}) {
+    const size_t at = config.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    config.replace(at, from.size(), to);
+  }
+  std::ofstream(new_style + "/config.json") << config;
+  EXPECT_EQ(hp::models::load_model_config(new_style).rope_theta, 1e6);
+  auto a = AutoModelForCausalLM::from_pretrained(old_style), b = AutoModelForCausalLM::from_pretrained(new_style);
+  auto plain = AutoModelForCausalLM::from_pretrained(kFixtures + "/qwen3");
+  const CausalLMInput batch = random_batch(512, 2, 32, 5);
+  const at::Tensor logits = a->forward(batch).logits;
+  EXPECT_TRUE(at::equal(logits, b->forward(batch).logits));
+  EXPECT_GT(max_abs(logits, plain->forward(batch).logits), 1e-3) << "theta 1e6 and 1e4 must give other logits";
+  // Saved again, the folder keeps transformers 5's dtype spelling.
+  EXPECT_NE(hp::models::model_config_json(b->config(), "bfloat16").find("\"dtype\": \"bfloat16\""), std::string::npos);
+  // llama3 scaling in either spelling.
+  const std::string llama_config = read_text(kFixtures + "/llama3_rope/config.json");
+  const auto v4 = hp::models::parse_model_config(llama_config, "v4");
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(llama_config);
+  j["rope_parameters"] = j["rope_scaling"];
+  j["rope_parameters"]["rope_theta"] = j["rope_theta"];
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  const auto v5 = hp::models::parse_model_config(j.dump(), "v5");
+  EXPECT_EQ(v5.rope_scaling.type, "llama3");
+  EXPECT_EQ(v5.rope_theta, v4.rope_theta);
+  EXPECT_EQ(v5.rope_scaling.factor, v4.rope_scaling.factor);
+  EXPECT_EQ(v5.rope_scaling.high_freq_factor, v4.rope_scaling.high_freq_factor);
+  EXPECT_EQ(v5.rope_scaling.original_max_position_embeddings, v4.rope_scaling.original_max_position_embeddings);
+}
+
+// Keys that change the math and that no family here implements are refused, never ignored.
+TEST(Models, ConfigKeysThatChangeTheMathAndAreNotImplementedAreRefused) {
+  const std::string base = read_text(kFixtures + "/qwen3/config.json");
+  struct Case {
+    std::string from, to, expect;
+  };
+  const std::vector<Case> cases = {
+      {"\"rope_theta\": 10000.0", "\"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}",
+       "rope_theta = 10000.0 disagrees with rope_parameters.rope_theta = 1000000.0; keep one of them"},
+      {"\"rope_theta\": 10000.0", "\"rope_parameters\": {\"rope_theta\": 1e6, \"rope_type\": \"yarn\", \"factor\": 4.0}",
+       "rope_parameters type 'yarn' is not supported"},
+      {"\"rope_theta\": 10000.0", "\"rope_parameters\": {\"full_attention\": {\"rope_theta\": 1e6, \"rope_type\": \"default\"}}",
+       "rope_parameters per layer type ('full_attention': {...}) is not supported"},
+      {"\"rope_theta\": 10000.0", "\"rope_parameters\": {\"rope_theta\": 1e6, \"rope_type\": \"default\", \"partial_rotary_factor\": 0.5}",
+       "rope_parameters.partial_rotary_factor = 0.5 (rotary on part of each head) is not supported"},
+      {"\"max_window_layers\": 28", "\"layer_types\": [\"full_attention\", \"sliding_attention\"]",
+       "layer_types[1] = \"sliding_attention\" is not supported"},
+      {"\"max_window_layers\": 28", "\"layer_types\": [\"full_attention\"]", "layer_types must list one entry per layer (2)"},
+      {"\"attention_dropout\": 0.0", "\"attention_dropout\": 0.1", "attention_dropout = 0.1 is not supported (no dropout in attention); set it to 0.0"},
+  };
+  for (const auto& c : cases) {
+    std::string config = base;
+    const size_t at = config.find(c.from);
+    ASSERT_NE(at, std::string::npos) << c.from;
+    config.replace(at, c.from.size(), c.to);
+    const std::string message = error_of([&] { hp::models::parse_model_config(config, "config.json"); });
+    EXPECT_NE(message.find(c.expect), std::string::npos) << c.to << ": " << message;
+  }
+}
+
 TEST(Models, BadConfigsAndFoldersNameTheProblem) {
   const auto load = [](const std::string& dir) { return error_of([&] { AutoModelForCausalLM::from_pretrained(dir); }); };
   struct Case {
