@@ -4,6 +4,9 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
+# The project's Python environment (scripts/setup.sh): LibTorch is its torch wheel.
+HP_PYTHON ?= $(shell scripts/python_env.sh)/bin/python
+CMAKE_CONFIGURE = cmake -G Ninja -DCMAKE_BUILD_TYPE=Release -DHP_PYTHON=$(HP_PYTHON)
 
 .PHONY: all setup configure build test test-long test-asan test-asan-unit demo demo-4d bench fuzz clean
 
@@ -13,7 +16,7 @@ setup:
 	@scripts/setup.sh
 
 $(BUILD_DIR)/build.ninja:
-	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
+	$(CMAKE_CONFIGURE) -S . -B $(BUILD_DIR)
 
 configure: setup $(BUILD_DIR)/build.ninja
 
@@ -43,7 +46,7 @@ demo-4d: build
 # suites (CI does); test-asan runs every default suite.
 ASAN_ENV = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
 build-asan/build.ninja:
-	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DHP_SANITIZE=ON
+	$(CMAKE_CONFIGURE) -S . -B build-asan -DHP_SANITIZE=ON
 
 test-asan-unit: setup build-asan/build.ninja
 	cmake --build build-asan -j $(JOBS) --target hp_tests hyperparallel

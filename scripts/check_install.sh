@@ -45,8 +45,12 @@ if command -v ccache >/dev/null; then
   # The copied and installed files are seconds old; their contents, not their times, matter.
   export CCACHE_SLOPPINESS=include_file_mtime,include_file_ctime
 fi
+# The consumer names the LibTorch it builds against, as a user does (docs/building.md): the one
+# the build used.
+torch_dir=$(sed -n 's/^Torch_DIR:PATH=//p' "$build/CMakeCache.txt")
+[[ -n "$torch_dir" ]] || fail "no Torch_DIR in $build/CMakeCache.txt"
 "$cmake" -S "$work/examples" -B "$work/consumer" "${generator[@]}" "${launcher[@]}" \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$torch_dir" \
   -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$log" 2>&1 || fail "configuring the consumer"
 found=$(sed -n 's/^hyperparallel_DIR:PATH=//p' "$work/consumer/CMakeCache.txt")
 [[ "$found" == "$prefix/lib/cmake/hyperparallel" ]] || fail "find_package found '$found', not the temporary prefix"

@@ -16,8 +16,14 @@ fi
 launcher=$(command -v ccache || true)
 mkdir -p "$out/obj" "$out/crashes"
 
+# LibTorch: the torch wheel of the project's Python environment (scripts/setup.sh).
+torch_dir=$("$(scripts/python_env.sh)/bin/python" -c "import os, torch; print(os.path.dirname(torch.__file__))" 2>/dev/null) || {
+  echo "fuzz: the project's Python environment has no torch; run 'scripts/setup.sh'" >&2
+  exit 2
+}
 common=(-std=c++17 -O1 -g -fno-omit-frame-pointer -D_GLIBCXX_USE_CXX11_ABI=1 -Iinclude -Isrc
-        -isystem /usr/include/torch/csrc/api/include -fsanitize=address,undefined -fno-sanitize-recover=undefined
+        -isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include"
+        -fsanitize=address,undefined -fno-sanitize-recover=undefined
         -DHP_FUZZ_TOKENIZER="\"$PWD/examples/tokenizer\"")
 
 # target: its library sources and libraries
@@ -30,12 +36,12 @@ declare -A sources=(
   [store]="src/comm/store_server.cpp src/comm/store_protocol.cpp"
 )
 declare -A libs=(
-  [safetensors]="-ltorch_cpu -lc10"
+  [safetensors]="-lstdc++ -L$torch_dir/lib -Wl,-rpath,$torch_dir/lib -ltorch_cpu -lc10"
   [tokenizer]="-lonig -lutf8proc"
   [tokenizer_encode]="-lonig -lutf8proc"
   [config]="-lyaml-cpp"
   [dataset]=""
-  [store]="-ltorch_cpu -lc10 -lpthread"
+  [store]="-lstdc++ -L$torch_dir/lib -Wl,-rpath,$torch_dir/lib -ltorch_cpu -lc10 -lpthread"
 )
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(safetensors tokenizer tokenizer_encode config dataset store)

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Installs everything hyperparallel needs to build, run its main job and its tests,
-# from Debian's archive only. Idempotent: when every package is present it installs nothing.
+# Installs everything hyperparallel needs to build, run its main job and its tests: Debian
+# packages, then the project's Python environment (LibTorch from the pinned torch wheel and the
+# Python peers of scripts/requirements.txt) outside the clone (scripts/python_env.sh).
+# Idempotent: when everything is present it installs and downloads nothing.
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
-  libtorch-dev        # LibTorch 1.13 (ATen, autograd, c10d with Gloo)
-  libgloo-dev         # headers that c10d's ProcessGroupGloo.hpp includes
-  libopenblas0-openmp # the libblas.so.3 alternative below; the reference BLAS is ~20x slower
+  python3 python3-venv  # the Python environment below (LibTorch is the torch wheel in it)
+  libgloo-dev         # headers that c10d's ProcessGroupGloo.hpp includes (the wheel has none)
   nlohmann-json3-dev  # JSON: config.json, safetensors headers and indexes
   libonig-dev libutf8proc-dev  # tokenizer: the reference's regex engine, NFC normalization
   libyaml-cpp-dev     # the trainer's YAML configs
@@ -38,19 +39,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# libblas.so.3, liblapack.so.3 and libopenblas.so.0 resolve through the alternatives system,
-# each on its own. Select OpenBLAS's OpenMP build for all three: its GEMMs then run on
-# LibTorch's OpenMP threads, so one process can use every core. The pthread build (preferred
-# by priority when it is installed) keeps a second pool that competes with OpenMP's, and one
-# name left on it loads both builds into a process (measured 25 % slower); a manual choice
-# made earlier may pin the slow reference BLAS.
-if [ "$(id -u)" -eq 0 ]; then
-  for lib in libblas.so.3 liblapack.so.3 libopenblas.so.0; do
-    alt=$lib-x86_64-linux-gnu
-    want=$(readlink -f /usr/lib/x86_64-linux-gnu/openblas-openmp/$lib 2>/dev/null || true)
-    if [ -e "$want" ] && [ "$(readlink -f /etc/alternatives/$alt 2>/dev/null || true)" != "$want" ]; then
-      update-alternatives --set "$alt" "/usr/lib/x86_64-linux-gnu/openblas-openmp/$lib" >/dev/null
-    fi
-  done
+# The Python environment: one per requirements hash, made once per machine. A half-made one
+# (an interrupted install) has no .complete marker and is made again.
+env_dir=$("$(dirname "$0")/python_env.sh")
+requirements="$(cd "$(dirname "$0")" && pwd)/requirements.txt"
+if [ ! -f "$env_dir/.complete" ]; then
+  echo "setup: making the Python environment $env_dir (torch wheel ~4.6 GB, about 2-3 minutes)"
+  rm -rf "$env_dir"
+  mkdir -p "$(dirname "$env_dir")"
+  /usr/bin/python3 -m venv "$env_dir"
+  "$env_dir/bin/pip" install -q --disable-pip-version-check --no-input -r "$requirements"
+  "$env_dir/bin/python" -c "import torch; assert torch.__version__.startswith('2.11.0'), torch.__version__"
+  touch "$env_dir/.complete"
 fi
 echo "setup: ok"

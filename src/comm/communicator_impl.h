@@ -3,7 +3,7 @@
 // other LibTorch versions by changing this directory alone.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <atomic>
 #include <functional>
@@ -36,7 +36,9 @@ class OrderedFinishes {
 };
 
 struct Communicator::Impl {
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  // The Gloo backend itself: c10d::ProcessGroup in 2.x only dispatches to it through the op
+  // registry, which adds nothing for a CPU group.
+  c10::intrusive_ptr<c10d::Backend> group;
   std::shared_ptr<GroupRegistry> registry;
   std::vector<int> global_ranks;
   int rank = 0;

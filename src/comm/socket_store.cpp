@@ -23,7 +23,7 @@ using store::Status;
 using store::Writer;
 
 SocketStore::SocketStore(const std::string& host, int port, std::chrono::milliseconds timeout)
-    : c10d::Store(timeout) {
+    : c10d::Store(timeout), host_(host), port_(port) {
   const sockaddr_in addr = store::resolve(host, port);
   where_ = host + ":" + std::to_string(port);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -44,6 +44,10 @@ SocketStore::SocketStore(const std::string& host, int port, std::chrono::millise
 
 SocketStore::~SocketStore() {
   if (fd_ >= 0) close(fd_);
+}
+
+c10::intrusive_ptr<c10d::Store> SocketStore::clone() {
+  return c10::make_intrusive<SocketStore>(host_, port_, timeout_);
 }
 
 void SocketStore::interrupt() {

@@ -85,6 +85,9 @@ class SocketStore : public c10d::Store {
   SocketStore(const std::string& host, int port, std::chrono::milliseconds timeout);
   ~SocketStore() override;
 
+  // A second connection to the same server (c10d's ProcessGroupGloo takes one per thread).
+  c10::intrusive_ptr<c10d::Store> clone() override;
+
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                   const std::vector<uint8_t>& desired) override;
@@ -103,6 +106,8 @@ class SocketStore : public c10d::Store {
  private:
   std::vector<uint8_t> request(const std::vector<uint8_t>& message);
 
+  std::string host_;
+  int port_ = 0;
   std::string where_;
   int fd_ = -1;
   std::mutex mutex_;

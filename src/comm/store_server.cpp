@@ -65,12 +65,14 @@ bool StoreServer::adopt(int listening_fd) {
   if (listening_fd < 0) return false;
   sockaddr_in addr{};
   socklen_t len = sizeof(addr);
-  int listening = 0;
-  socklen_t flag_len = sizeof(listening);
+  int type = 0;
+  socklen_t type_len = sizeof(type);
   const bool usable = getsockname(listening_fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
                       addr.sin_family == AF_INET && ntohs(addr.sin_port) == port_ &&
-                      getsockopt(listening_fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &flag_len) == 0 && listening;
+                      getsockopt(listening_fd, SOL_SOCKET, SO_TYPE, &type, &type_len) == 0 && type == SOCK_STREAM;
   if (!usable) return false;  // not the socket the launcher meant; not ours to close
+  // The launcher hands it over bound, not listening (launch/free_port.h): listen here.
+  if (listen(listening_fd, 1024) != 0) return false;
   fcntl(listening_fd, F_SETFD, FD_CLOEXEC);
   listen_fd_ = listening_fd;
   bound_address_ = store::text_of(addr);

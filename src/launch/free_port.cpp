@@ -46,8 +46,12 @@ ReservedPort ReservedPort::on(const std::string& host) {
   if (reserved.fd_ < 0) return {};
   const int one = 1;
   setsockopt(reserved.fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  // Bound, not listening: no other process can bind the port, but a program of the user's
+  // (a PyTorch script whose rank 0 binds MASTER_PORT with SO_REUSEADDR for its TCPStore, as
+  // c10d does) may still take it, which a listening socket would refuse. Our rank 0 adopts
+  // the socket and listens on it (comm/store_server.cpp).
   reserved.port_ = bind_and_name(reserved.fd_, addr);
-  if (reserved.port_ <= 0 || listen(reserved.fd_, 1024) != 0) return {};
+  if (reserved.port_ <= 0) return {};
   return reserved;
 }
 

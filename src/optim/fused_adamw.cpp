@@ -138,7 +138,7 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
 FusedAdamW::~FusedAdamW() = default;
 
 torch::optim::AdamWParamState& FusedAdamW::state_of(const at::Tensor& p) {
-  const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+  void* const key = p.unsafeGetTensorImpl();
   auto found = state().find(key);
   if (found == state().end()) {
     auto fresh = std::make_unique<torch::optim::AdamWParamState>();
@@ -155,7 +155,7 @@ void FusedAdamW::offload_state(const std::string& dir, const std::vector<int64_t
   std::vector<int64_t> numels;
   for (size_t g = 0; g < param_groups().size(); ++g) {
     for (const auto& p : param_groups()[g].params()) {
-      file_slot_[c10::guts::to_string(p.unsafeGetTensorImpl())] = numels.size();
+      file_slot_[p.unsafeGetTensorImpl()] = numels.size();
       numels.push_back(p.numel());
       numels.push_back(p.numel());
       params.push_back(p);
@@ -166,7 +166,7 @@ void FusedAdamW::offload_state(const std::string& dir, const std::vector<int64_t
   numels.insert(numels.end(), extra_numels.begin(), extra_numels.end());
   file_ = std::make_unique<OptimizerStateFile>(dir, numels);
   for (const auto& p : params) {
-    const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+    void* const key = p.unsafeGetTensorImpl();
     const size_t slot = file_slot_.at(key);
     if (state().count(key)) {  // existing moments move into the file
       stream_in(p, static_cast<torch::optim::AdamWParamState&>(*state().at(key)));
@@ -190,7 +190,7 @@ at::Tensor FusedAdamW::extra_tensor(size_t k) const {
 // Points the state's moments at the file (copying what they held when they live elsewhere,
 // as after a checkpoint load) and asks for them to be read in.
 void FusedAdamW::stream_in(const at::Tensor& p, torch::optim::AdamWParamState& s) {
-  const size_t slot = file_slot_.at(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  const size_t slot = file_slot_.at(p.unsafeGetTensorImpl());
   file_->will_need(slot);
   file_->will_need(slot + 1);
   file_->will_need(p);  // a parameter that lives in the file (a master shard)
@@ -205,7 +205,7 @@ void FusedAdamW::stream_in(const at::Tensor& p, torch::optim::AdamWParamState& s
 
 void FusedAdamW::release_state(const at::Tensor& p) {
   if (!file_) return;
-  const size_t slot = file_slot_.at(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  const size_t slot = file_slot_.at(p.unsafeGetTensorImpl());
   file_->release(slot);
   file_->release(slot + 1);
   file_->release(p);
@@ -225,7 +225,7 @@ void FusedAdamW::step_groups(size_t count) {
       if (file_) {
         stream_in(p, s);
         if (i + 1 < params.size()) {  // read the next parameter's moments ahead
-          const size_t next = file_slot_.at(c10::guts::to_string(params[i + 1].unsafeGetTensorImpl()));
+          const size_t next = file_slot_.at(params[i + 1].unsafeGetTensorImpl());
           file_->will_need(next);
           file_->will_need(next + 1);
         }

@@ -246,7 +246,7 @@ at::Tensor Muon::step(LossClosure closure) {
   for (size_t i = 0; i < l.names.size(); ++i) {
     const at::Tensor& p = l.params[i];
     if (!p.defined() || !l.held(world_ ? world_->rank() : 0, i)) continue;
-    const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+    void* const key = p.unsafeGetTensorImpl();
     auto found = state().find(key);
     if (found == state().end()) {
       auto fresh = std::make_unique<torch::optim::AdamWParamState>();

@@ -1,6 +1,8 @@
 #include "hyperparallel/platform/blas_check.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <dlfcn.h>
 #include <link.h>
 #include <unistd.h>
@@ -39,7 +41,17 @@ BlasInfo loaded_blas() {
   LoadedObjects loaded;
   dl_iterate_phdr(collect_objects, &loaded);
   BlasInfo info;
+  if (loaded.blas.empty() && at::hasMKL()) {
+    // The PyPI wheel's LibTorch: MKL linked into libtorch_cpu, threaded by the same OpenMP
+    // runtime as ATen (MKL's GNU threading layer), so its GEMMs run on LibTorch's pool. MKL
+    // picks its kernels from the CPU; ATen's own vector kernels run at get_cpu_capability().
+    info.library = "mkl";
+    info.uses_openmp = at::hasOpenMP();
+    info.kernels = "mkl/" + at::get_cpu_capability();
+    return info;
+  }
   info.path = loaded.blas;
+  info.library = info.path.empty() ? "" : info.path.find("openblas") != std::string::npos ? "openblas" : "libblas";
   // OpenBLAS, BLIS and MKL all ship a libblas.so.3 under their own directory; the
   // reference implementation lives in .../blas/ (Debian's libblas3 package).
   info.is_reference = !info.path.empty() && info.path.find("openblas") == std::string::npos &&
@@ -58,9 +70,9 @@ std::string reference_blas_warning() {
   const BlasInfo info = loaded_blas();
   if (!info.is_reference) return "";
   return "WARNING: libblas.so.3 resolves to the reference BLAS (" + info.path +
-         ");\nWARNING: matrix multiplies run ~20x slower than with OpenBLAS.\n"
-         "WARNING: fix: run scripts/setup.sh as root (installs and selects libopenblas0-openmp), or\n"
-         "WARNING:      update-alternatives --set libblas.so.3-x86_64-linux-gnu "
+         ");\nWARNING: matrix multiplies run ~20x slower than with MKL or OpenBLAS.\n"
+         "WARNING: fix: build against the torch wheel of scripts/setup.sh (MKL inside), or select OpenBLAS:\n"
+         "WARNING:      apt-get install libopenblas0-openmp && update-alternatives --set libblas.so.3-x86_64-linux-gnu "
          "/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3\n";
 }
 

@@ -28,7 +28,7 @@ class Cache final : public c10::Allocator {
  public:
   explicit Cache(c10::Allocator* fallback) : fallback_(fallback) {}
 
-  c10::DataPtr allocate(size_t nbytes) const override {
+  c10::DataPtr allocate(size_t nbytes) override {
     if (nbytes < kMinCached) return fallback_->allocate(nbytes);
     const size_t size = (nbytes + kGranule - 1) / kGranule * kGranule;
     void* base = take_cached(size);
@@ -37,6 +37,7 @@ class Cache final : public c10::Allocator {
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &Cache::release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 
   void give_back(void* base) {
     std::unique_lock<std::mutex> lock(mutex_);

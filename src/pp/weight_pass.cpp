@@ -138,8 +138,21 @@ struct BodyNode final : Node {
   const std::function<void()>& body_;
 };
 
-// Calls the gradient hooks registered on `outputs` (Tensor::register_hook: pre hooks of their
-// grad_fn) as autograd does when `grads` arrive there, without running their nodes.
+// Runs a node's hooks on gradients arriving at it, in the engine's order: the tensor hooks
+// (Tensor::register_hook, retain_grad), then the node's own pre hooks.
+variable_list run_pre_hooks(Node& node, variable_list values) {
+  for (const auto& hook : node.tensor_pre_hooks()) values = (*hook)(values);
+  for (const auto& [index, hook] : node.retains_grad_hooks()) values = (*hook)(values);
+  for (const auto& hook : node.pre_hooks()) values = (*hook)(values);
+  return values;
+}
+
+bool has_pre_hooks(Node& node) {
+  return !node.tensor_pre_hooks().empty() || !node.retains_grad_hooks().empty() || !node.pre_hooks().empty();
+}
+
+// Calls the gradient hooks registered on `outputs` (Tensor::register_hook: tensor pre hooks
+// of their grad_fn) as autograd does when `grads` arrive there, without running their nodes.
 void fire_output_hooks(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& grads) {
   std::vector<std::pair<std::shared_ptr<Node>, variable_list>> arriving;  // per node, in output order
   for (size_t o = 0; o < outputs.size() && o < grads.size(); ++o) {
@@ -152,9 +165,7 @@ void fire_output_hooks(const std::vector<at::Tensor>& outputs, const std::vector
     }
     it->second[t.output_nr()] = grads[o];
   }
-  for (auto& [node, values] : arriving) {
-    for (const auto& hook : node->pre_hooks()) values = (*hook)(values);
-  }
+  for (auto& [node, values] : arriving) run_pre_hooks(*node, std::move(values));
 }
 
 // Union-find over parameter indices.
@@ -231,7 +242,7 @@ std::vector<std::shared_ptr<Node>> hooked_nodes(const Graph& g, const std::unord
                                                 const std::unordered_set<Node*>& started) {
   std::vector<std::shared_ptr<Node>> hooked;
   for (Node* n : path) {
-    if (!n->pre_hooks().empty() && !g.roots.count(n) && !started.count(n)) hooked.push_back(g.owners.at(n));
+    if (has_pre_hooks(*n) && !g.roots.count(n) && !started.count(n)) hooked.push_back(g.owners.at(n));
   }
   std::sort(hooked.begin(), hooked.end(), [](const auto& a, const auto& b) { return a->sequence_nr() > b->sequence_nr(); });
   return hooked;
@@ -294,8 +305,7 @@ void SegmentWeights::accumulate(const std::vector<at::Tensor>& output_grads) {
   if (direct_groups() > 0) {  // a replay fires the hooks on its way (before: every group replays)
     fire_output_hooks(outputs_, output_grads);
     for (auto& h : hooked_) {
-      variable_list values = h.grads->empty() ? variable_list(h.node->num_inputs()) : *h.grads;
-      for (const auto& hook : h.node->pre_hooks()) values = (*hook)(values);
+      run_pre_hooks(*h.node, h.grads->empty() ? variable_list(h.node->num_inputs()) : *h.grads);
       h.grads->clear();
     }
   }

@@ -52,7 +52,7 @@ std::string file_checksum(const std::string& path) {
 }
 
 torch::optim::AdamWParamState* adam_state(torch::optim::AdamW& optimizer, const at::Tensor& param) {
-  auto it = optimizer.state().find(c10::guts::to_string(param.unsafeGetTensorImpl()));
+  auto it = optimizer.state().find(param.unsafeGetTensorImpl());
   return it == optimizer.state().end() ? nullptr : static_cast<torch::optim::AdamWParamState*>(it->second.get());
 }
 
@@ -430,7 +430,7 @@ CheckpointInfo load_checkpoint(const std::string& dir, torch::nn::Module& model,
         state->exp_avg(reader.box("exp_avg", name, box).reshape(shard.local.sizes()).to(at::kFloat).clone());
         state->exp_avg_sq(reader.box("exp_avg_sq", name, box).reshape(shard.local.sizes()).to(at::kFloat).clone());
       }
-      optimizer->state()[c10::guts::to_string(p->second.unsafeGetTensorImpl())] = std::move(state);
+      optimizer->state()[p->second.unsafeGetTensorImpl()] = std::move(state);
     }
     const at::Tensor rng = reader.rng_state(world_rank);
     if (rng.defined()) {

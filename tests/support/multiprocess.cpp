@@ -20,11 +20,7 @@ constexpr const char* kStyleVar = "HP_TEST_RENDEZVOUS";
 // The time limit guards against a hang, not a slow run: instrumented code runs 2.5-4x slower
 // (TensorParallel's 2-rank parity tests: 49 s under ASan + UBSan alone, over 120 s beside a
 // 4-rank suite on 2 cores), so a sanitizer build stretches every limit by this factor.
-#if defined(HP_SANITIZE_BUILD)
-constexpr int kTimeLimitScale = 3;
-#else
-constexpr int kTimeLimitScale = 1;
-#endif
+int time_limit_scale() { return sanitizer_build() ? 3 : 1; }
 
 std::string current_test_name() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -86,6 +82,11 @@ std::string self_exe() {
   return path;
 }
 
+bool sanitizer_build() {
+  const char* value = std::getenv("HP_SANITIZE_BUILD");
+  return value && std::string(value) == "1";
+}
+
 bool is_rank_process() { return std::getenv(kCallVar) != nullptr; }
 
 void run_on_ranks(int world_size, const std::function<void(RankContext&)>& body,
@@ -123,7 +124,7 @@ void run_on_ranks(int world_size, const std::function<void(RankContext&)>& body,
   spec.extra_env = options.env;
   spec.extra_env.emplace_back(kCallVar, std::to_string(call));
   spec.extra_env.emplace_back(kStyleVar, options.rendezvous_style);
-  spec.time_limit = options.time_limit * kTimeLimitScale;
+  spec.time_limit = options.time_limit * time_limit_scale();
   spec.kill_grace = std::chrono::seconds(5);
   const launch::LaunchResult result = launch::launch_ranks(spec);
   if (result.exit_code != 0) {

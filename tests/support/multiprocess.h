@@ -43,6 +43,11 @@ void run_on_ranks(int world_size, const std::function<void(RankContext&)>& body,
 // True in a process started by run_on_ranks.
 bool is_rank_process();
 
+// True in the sanitizer build (HP_SANITIZE_BUILD=1 in the environment ctest gives its tests,
+// tests/CMakeLists.txt): the test sources compile the same in both builds, so it is told at
+// run time, not by a macro.
+bool sanitizer_build();
+
 // The path of this test binary (to run it again as a child process).
 std::string self_exe();
 

@@ -226,9 +226,7 @@ double attention_peak_mb(const testing::RankContext* ctx, const std::string& alg
 // Attention activations per rank fall with cp: [T x T] scores at cp 1, about 1/cp of them
 // with all-gather and Ulysses, and ring keeps only q, k, v, output and log-sum-exp.
 TEST(ContextParallelWide, PeakMemoryPerRankFallsWithCp) {
-#ifdef HP_SANITIZE_BUILD  // tests/CMakeLists.txt
-  GTEST_SKIP() << "ASan's allocator keeps freed memory in quarantine: RSS does not follow live tensors";
-#endif
+  if (testing::sanitizer_build()) GTEST_SKIP() << "ASan's allocator keeps freed memory in quarantine: RSS does not follow live tensors";
   const double plain = attention_peak_mb(nullptr, "");
   if (!testing::is_rank_process()) std::printf("plain model, one process: peak rise %.0f MiB\n", plain);
   // The row is long enough for attention to dominate: the 8 heads' fp32 probabilities over

@@ -38,13 +38,13 @@ TEST(Launcher, RanksGetTorchrunEnvironmentAndPrefixedOutput) {
   EXPECT_NE(r.output.find("[rank 1] err"), std::string::npos) << r.output;
 }
 
-TEST(Launcher, APortTheLauncherPicksIsListeningBeforeRankZeroStarts) {
-  // Rank 0 inherits the listening socket (its descriptor in HP_STORE_LISTEN_FD), so no other
-  // process can take the port between the launcher picking it and rank 0's store serving it.
+TEST(Launcher, APortTheLauncherPicksIsReservedBeforeRankZeroStarts) {
+  // Rank 0 inherits the bound socket (its descriptor in HP_STORE_LISTEN_FD), so no other
+  // process can bind the port between the launcher picking it and rank 0's store serving it.
   const std::string done = "/tmp/hp_launcher_test." + std::to_string(getpid());
   const std::string script =
-      "hex=$(printf ':%04X ' $MASTER_PORT); "
-      "if grep -q \"$hex\" /proc/net/tcp; then echo listening; fi; "
+      "if ! python3 -c \"import os, socket; socket.socket().bind(('127.0.0.1', int(os.environ['MASTER_PORT'])))\" 2>/dev/null; "
+      "then echo reserved; fi; "
       "if [ -n \"$HP_STORE_LISTEN_FD\" ] && [ -S /proc/self/fd/$HP_STORE_LISTEN_FD ]; then echo socket; fi; "
       "echo fd=$HP_STORE_LISTEN_FD.; "
       // rank 0 holds the socket: it stays until rank 1 has looked
@@ -52,14 +52,33 @@ TEST(Launcher, APortTheLauncherPicksIsListeningBeforeRankZeroStarts) {
   const auto r = run_subprocess(run_cli(2, script));
   std::remove(done.c_str());
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("[rank 0] listening"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("[rank 1] listening"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] reserved"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] reserved"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[rank 0] socket"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[rank 1] fd=."), std::string::npos) << r.output;  // rank 0's alone
   // A port the user names is rank 0's to bind: nothing is handed down.
   const auto named = run_subprocess({HP_CLI_PATH, "run", "--nproc-per-node", "1", "--master-port", "29517", "--", "sh",
                                      "-c", "echo fd=$HP_STORE_LISTEN_FD."});
   EXPECT_NE(named.output.find("[rank 0] fd=."), std::string::npos) << named.output;
+}
+
+// The launcher runs a PyTorch script as torchrun would: torch.distributed's env:// rendezvous
+// binds MASTER_PORT in rank 0 (the port the launcher reserved, not listening) and both ranks
+// all-reduce through Gloo.
+TEST(Launcher, RunsAPyTorchScriptThatInitialisesAProcessGroup) {
+  if (std::string(HP_PYTHON_PATH).empty()) GTEST_SKIP() << "built against a LibTorch without the project's Python environment";
+  const std::string script =
+      "import os, torch, torch.distributed as dist\n"
+      "dist.init_process_group('gloo')\n"
+      "t = torch.tensor([float(dist.get_rank() + 1)])\n"
+      "dist.all_reduce(t)\n"
+      "print(f'rank {dist.get_rank()} of {dist.get_world_size()} sum {t.item():g}')\n"
+      "dist.destroy_process_group()\n";
+  const auto r = run_subprocess({HP_CLI_PATH, "run", "--nproc-per-node", "2", "--", HP_PYTHON_PATH, "-c", script},
+                                {std::chrono::seconds(120)});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] rank 0 of 2 sum 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] rank 1 of 2 sum 3"), std::string::npos) << r.output;
 }
 
 TEST(Launcher, RanksShareTheCoresForOpenMpAndBlas) {
@@ -183,9 +202,15 @@ TEST(Launcher, ComputeThreadsAreOnePerCpuUnlessOmpNumThreadsSays) {
 }
 
 // The kernel set OpenBLAS runs is read from OpenBLAS itself: the one OPENBLAS_CORETYPE names
-// when it is set (benchmarks record it with their numbers).
+// when it is set (benchmarks record it with their numbers). The wheel's MKL is named as such.
 TEST(Launcher, LoadedBlasNamesOpenBlasKernelSet) {
   const auto blas = hyperparallel::platform::loaded_blas();
+  if (blas.library == "mkl") {  // the torch wheel: MKL inside libtorch_cpu, on ATen's OpenMP pool
+    EXPECT_TRUE(blas.uses_openmp);
+    EXPECT_EQ(blas.kernels.rfind("mkl/", 0), 0u) << blas.kernels;
+    EXPECT_GT(blas.kernels.size(), 4u) << blas.kernels;
+    return;
+  }
   if (blas.path.find("openblas") == std::string::npos) GTEST_SKIP() << "not OpenBLAS: " << blas.path;
   EXPECT_FALSE(blas.kernels.empty());
   const char* forced = std::getenv("OPENBLAS_CORETYPE");

@@ -86,6 +86,39 @@ TEST(Trainer, TwoRanksTrainUnderTorchrunsAgentStore) {
   fs::remove_all(dir);
 }
 
+// The real torchrun of the project's environment starts two `hyperparallel train` ranks; they
+// rendezvous through its agent store and train to the same losses as under our launcher.
+TEST(Trainer, RealTorchrunTrainsTwoRanksToOurLaunchersLosses) {
+  const std::string python = HP_PYTHON_PATH;
+  if (python.empty()) GTEST_SKIP() << "built against a LibTorch without the project's Python environment";
+  const std::string torchrun = fs::path(python).parent_path() / "torchrun";
+  const auto train_argv = [](const std::string& dir) {
+    std::vector<std::string> argv = {HP_CLI_PATH, "train"};
+    for (const auto& o : base_overrides(dir)) argv.push_back("--" + o);
+    argv.push_back("--max_steps=3");
+    argv.push_back("--per_device_train_batch_size=4");
+    return argv;
+  };
+  const std::string by_torchrun = temp_dir("torchrun_real"), by_ours = temp_dir("torchrun_ours");
+  fs::remove_all(by_torchrun);
+  fs::remove_all(by_ours);
+  std::vector<std::string> argv = {torchrun, "--standalone", "--nproc-per-node", "2", "--no-python"};
+  for (const auto& a : train_argv(by_torchrun)) argv.push_back(a);
+  const auto run = hp::testing::run_subprocess(argv, {std::chrono::seconds(180)});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("hyperparallel train: 2 ranks"), std::string::npos) << run.output;
+  argv = train_argv(by_ours);
+  argv.insert(argv.end(), {"--nproc-per-node", "2"});
+  const auto ours = hp::testing::run_subprocess(argv, {std::chrono::seconds(180)});
+  ASSERT_EQ(ours.exit_code, 0) << ours.output;
+  const auto a = logged_losses(by_torchrun), b = logged_losses(by_ours);
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6 * std::abs(b[i])) << "step " << i + 1;
+  fs::remove_all(by_torchrun);
+  fs::remove_all(by_ours);
+}
+
 TEST(Trainer, CommandLineTrainsOnItsOwnRanksAndWritesItsFiles) {
   const std::string dir = temp_dir("cli");
   fs::remove_all(dir);

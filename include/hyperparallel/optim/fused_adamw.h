@@ -49,7 +49,7 @@ class FusedAdamW : public torch::optim::AdamW {
 
  private:
   std::unique_ptr<OptimizerStateFile> file_;
-  std::map<std::string, size_t> file_slot_;  // parameter key -> its moments' first slot in file_
+  std::map<const void*, size_t> file_slot_;  // parameter (its TensorImpl, the optimizer state key) -> its moments' first slot in file_
   size_t first_extra_slot_ = 0;
   std::vector<int64_t> extra_numels_;
 
