@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 namespace hyperparallel::testing {
 
@@ -88,6 +90,16 @@ std::vector<int> processes_with(const std::string& marker) {
   }
   closedir(proc);
   return pids;
+}
+
+const char* cli_path() {
+  static const std::string path = [] {
+    std::error_code ec;
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) throw std::runtime_error("cannot read /proc/self/exe: " + ec.message());
+    return (self.parent_path().parent_path() / "hyperparallel").string();
+  }();
+  return path.c_str();
 }
 
 }  // namespace hyperparallel::testing

@@ -41,6 +41,11 @@ struct SubprocessOptions {
 
 SubprocessResult run_subprocess(const std::vector<std::string>& argv, const SubprocessOptions& options = {});
 
+// The `hyperparallel` tool of the build this test binary belongs to (<build>/hyperparallel, next
+// to <build>/tests/hp_tests), found at run time: HP_CLI_PATH names it in the tests, and the
+// test objects do not depend on the build folder.
+const char* cli_path();
+
 // Processes whose command line contains `marker` (scans /proc).
 std::vector<int> processes_with(const std::string& marker);
 
