@@ -2,7 +2,8 @@
 # FSDP step time, exposed communication, memory and traffic next to 1 process, our bucketed
 # DDP and PyTorch DDP, 2 ranks: every mode launched LAUNCHES times (default 5), interleaved,
 # each launch's median step, reported as the median and min-max over launches, with the
-# ratios of the targets (docs/benchmarks.md). PyTorch DDP needs python3-torch (apt).
+# ratios of the targets (docs/benchmarks.md). PyTorch DDP runs on the torch of the project's
+# Python environment (scripts/setup.sh).
 # BASE_BUILD=DIR adds fsdp_base, FSDP from another build (an older commit's), to the rounds:
 # a before/after measured at the same moments.
 set -euo pipefail
@@ -20,10 +21,11 @@ done
 if [ -n "${BASE_BUILD:-}" ]; then
   modes+=(fsdp_base "$run --nproc-per-node 2 -- $BASE_BUILD/fsdp_bench fsdp $steps")
 fi
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  modes+=(torch_ddp "$run --nproc-per-node 2 -- /usr/bin/python3 benchmarks/torch_ddp_bench.py $steps")
+python=$("$(dirname "$0")/python_env.sh")/bin/python
+if "$python" -c "import torch" 2>/dev/null; then
+  modes+=(torch_ddp "$run --nproc-per-node 2 -- $python benchmarks/torch_ddp_bench.py $steps")
 else
-  echo "RESULT mode=torch_ddp skipped (apt-get install python3-torch)"
+  echo "RESULT mode=torch_ddp skipped (run scripts/setup.sh: the project's Python environment has no torch)"
 fi
 interleave "$launches" "${modes[@]}"
 ratio fsdp torch_ddp
