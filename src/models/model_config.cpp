@@ -114,6 +114,14 @@ const Family& pick_family(const Reader& r) {
                   "' is not supported; supported: " + family_list());
 }
 
+// partial_rotary_factor (top level, or inside rope_parameters as `prefix` says) other than 1.
+void refuse_partial_rotary(const Reader& r, const Json& obj, const std::string& prefix) {
+  if (r.number(obj, "partial_rotary_factor", 1.0, true) != 1.0) {
+    throw UserError(r.where() + ": " + prefix + "partial_rotary_factor = " + obj["partial_rotary_factor"].dump() +
+                    " (rotary on part of each head) is not supported; the families here rotate the whole head");
+  }
+}
+
 // One rope scaling object: 4.x's rope_scaling, or 5.x's rope_parameters (which also holds
 // rope_theta). `what` names it in errors.
 RopeScaling parse_rope_object(const Reader& r, const Json& j, const std::string& what) {
@@ -125,10 +133,7 @@ RopeScaling parse_rope_object(const Reader& r, const Json& j, const std::string&
   if (s.type != "default" && s.type != "linear" && s.type != "llama3") {
     throw UserError(r.where() + ": " + what + " type '" + s.type + "' is not supported; supported: default, linear, llama3");
   }
-  if (r.number(j, "partial_rotary_factor", 1.0, true) != 1.0) {
-    throw UserError(r.where() + ": " + what + ".partial_rotary_factor = " + j["partial_rotary_factor"].dump() +
-                    " (rotary on part of each head) is not supported; the families here rotate the whole head");
-  }
+  refuse_partial_rotary(r, j, what + ".");
   s.factor = r.number(j, "factor", 1.0, true);
   s.low_freq_factor = r.number(j, "low_freq_factor", 1.0, true);
   s.high_freq_factor = r.number(j, "high_freq_factor", 4.0, true);
@@ -157,10 +162,7 @@ bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
 void parse_rope(const Reader& r, ModelConfig& c) {
   c.rope_theta = r.number("rope_theta", 10000.0, true);
   if (r.has("rope_scaling")) c.rope_scaling = parse_rope_object(r, r.json()["rope_scaling"], "rope_scaling");
-  if (r.has("partial_rotary_factor") && r.number("partial_rotary_factor", 1.0, true) != 1.0) {
-    throw UserError(r.where() + ": partial_rotary_factor = " + r.json()["partial_rotary_factor"].dump() +
-                    " (rotary on part of each head) is not supported; the families here rotate the whole head");
-  }
+  refuse_partial_rotary(r, r.json(), "");
   if (!r.has("rope_parameters")) return;
   const Json& p = r.json()["rope_parameters"];
   if (p.is_object()) {
