@@ -200,8 +200,14 @@ TEST(ContextParallel, BytesPerLayerAreEachAlgorithmsTheory) {
 }
 
 // The rise of this process's peak RSS over one forward and backward of a long row (the
-// plain model when cp is 1), in MiB.
+// plain model when cp is 1), in MiB. glibc's mmap threshold is pinned at 1 MiB first: left
+// dynamic, it rises to the size of the last large block freed (up to 32 MiB), after which
+// blocks of attention scores come from heap arenas whose holes are not returned, and the
+// high-water mark then depends on which thread freed what in which order (a ring rank at cp 2
+// measured anywhere from 52 to 99 MiB for the same step). Pinned, a large tensor's pages are
+// mapped while it lives and unmapped when it dies, so RSS follows the live tensors.
 double attention_peak_mb(const testing::RankContext* ctx, const std::string& algorithm) {
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   models::ModelConfig c = test_config();
   c.num_hidden_layers = 1;
   models::ModelLoadOptions load;
@@ -237,7 +243,10 @@ TEST(ContextParallelWide, PeakMemoryPerRankFallsWithCp) {
       testing::run_on_ranks(cp, [cp, plain, algorithm](testing::RankContext& ctx) {
         const double peak = attention_peak_mb(&ctx, algorithm);
         std::printf("cp %d %s rank %d: peak rise %.0f MiB (%.2f of the plain model)\n", cp, algorithm.c_str(), ctx.rank, peak, peak / plain);
-        EXPECT_LT(peak, plain * (cp == 2 ? 0.7 : 0.45)) << algorithm;
+        // Measured: 0.50 / 0.28 of the plain model at cp 2 / 4 for all-gather and Ulysses,
+        // 0.32 / 0.16 for ring.
+        const double bound = algorithm == "ring" ? (cp == 2 ? 0.45 : 0.25) : (cp == 2 ? 0.65 : 0.4);
+        EXPECT_LT(peak, plain * bound) << algorithm;
       });
     }
   }
