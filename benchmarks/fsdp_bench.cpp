@@ -3,6 +3,8 @@
 // head tied to the embedding), for the FSDP table in
 // docs/benchmarks.md. scripts/bench_fsdp.sh runs every mode in one go:
 //   single        one process, no communication
+//   local         every rank trains the whole model on its own rows and never communicates:
+//                 the step an FSDP rank would take if communication were free (same threads)
 //   ddp           every rank holds the whole model; gradients all-reduced (avg) in 25 MB
 //                 buckets overlapped with backward, as c10d's Reducer does (bucketed_ddp.h)
 //   fsdp_unfused  fully_shard per block + root, one collective per parameter
@@ -31,7 +33,6 @@
 #include "hyperparallel/fsdp/module_hooks.h"
 #include "hyperparallel/mesh/device_mesh.h"
 #include "hyperparallel/platform/blas_check.h"
-#include "hyperparallel/platform/blas_check.h"
 #include "hyperparallel/platform/host_allocator.h"
 #include "hyperparallel/platform/trace.h"
 #include "support/toy_lm.h"
@@ -49,6 +50,11 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "fsdp";
   const int steps = argc > 2 ? std::atoi(argv[2]) : 6;
   const std::string trace_path = argc > 4 && std::string(argv[3]) == "--trace" ? argv[4] : "";
+  const std::vector<std::string> modes{"single", "local", "ddp", "fsdp_unfused", "fsdp", "fsdp_keep"};
+  if (std::find(modes.begin(), modes.end(), mode) == modes.end()) {
+    std::fprintf(stderr, "fsdp_bench: unknown mode '%s' (single, local, ddp, fsdp_unfused, fsdp, fsdp_keep)\n", mode.c_str());
+    return 2;
+  }
   hp::platform::CachingHostAllocator::install();
   auto world = hp::comm::init_process_group(hp::comm::rendezvous_info_from_env());
   const int n = world->size();
@@ -119,7 +125,9 @@ int main(int argc, char** argv) {
   // plus a reduce-scatter, each moving (n-1)/n of the fp32 parameters per rank; DDP's: one
   // all-reduce, 2 (n-1)/n.
   const double param_bytes = static_cast<double>(numel) * 4;
-  const double textbook = mode == "ddp" || mode == "fsdp_keep" ? 2.0 * (n - 1) / n * param_bytes : 3.0 * (n - 1) / n * param_bytes;
+  const double textbook = mode == "single" || mode == "local"        ? 0.0
+                          : mode == "ddp" || mode == "fsdp_keep" ? 2.0 * (n - 1) / n * param_bytes
+                                                                 : 3.0 * (n - 1) / n * param_bytes;
   at::Tensor rss = at::tensor({hp::benchmarks::peak_rss_mb()}, at::kDouble);
   world->all_reduce(rss, hp::comm::ReduceOp::kMax).wait();
   if (world->rank() == 0) {
