@@ -14,7 +14,7 @@ namespace hyperparallel::comm {
 // A 1-D uint8 view of a contiguous tensor's elements (same storage, no copy).
 at::Tensor flat_bytes(const at::Tensor& t);
 
-// dtypes that Gloo 1.13's allreduce handles itself.
+// dtypes whose all-reduce we hand to Gloo (the rest reduce locally: docs/comm.md).
 bool gloo_reduces_natively(at::ScalarType dtype);
 
 // The dtype a reduction of `dtype` accumulates in (fp32 for half types).

@@ -1,7 +1,7 @@
 // The rendezvous key-value store: a small TCP server that rank 0 runs, and a c10d::Store
 // client that every rank (rank 0 too) uses to reach it.
 //
-// Why not c10d's TCPStore: in LibTorch 1.13 its server listens on every interface. Ours binds
+// Why not c10d's TCPStore: its server listens on every interface (1.13 and 2.11 alike). Ours binds
 // exactly the master address — 127.0.0.1 for single-node jobs — so nothing outside the host
 // can reach a local job's store (docs/comm.md "Rendezvous").
 // Protocol (store_protocol.h): one request, one reply, over a persistent connection; frames

@@ -5,7 +5,8 @@
 // other matmul's output, the fused attention's and reduce-scatter results, recomputing the
 // other matmuls.)
 //
-// LibTorch 1.13's C++ API has no saved-tensor hooks or dispatch modes, so the policy lives in
+// LibTorch's C++ API has no saved-tensor hooks or dispatch modes a C++ program can set (in
+// 2.11 both hold Python objects), so the policy lives in
 // Linear itself: while a LinearOutputScope is open on this thread, Linear's body goes through
 // linear_with_kept_outputs. In the layer's forward (run under no_grad by the recompute
 // function, recompute.h) each output is appended to the scope's KeptLinearOutputs; in the

@@ -1,7 +1,8 @@
 // Activation recompute: a segment of the forward run without keeping its intermediate
 // activations, run again in backward to get its gradients (activation checkpointing).
 //
-// LibTorch 1.13's C++ API has no saved-tensor hooks, so this is the reentrant scheme of
+// LibTorch's C++ API has no saved-tensor hooks a C++ program can set (2.11's
+// at::SavedTensorDefaultHooks takes Python objects), so this is the reentrant scheme of
 // torch.utils.checkpoint: a custom autograd function whose forward runs the segment under
 // no_grad and keeps only its input, and whose backward restores the CPU generator state of the
 // forward, runs the segment again with grad on and backpropagates through it (a nested

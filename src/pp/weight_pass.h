@@ -9,8 +9,8 @@
 // before I, captures the gradient that arrives at each during I (a post hook, removed after
 // I) and in W re-runs only the junctions' parameter side from those gradients: for a linear
 // layer dW = dYᵀX and nothing else, so I + W costs what B costs (PyTorch's
-// stage_backward_input / stage_backward_weight do the same with GradientEdge; LibTorch 1.13
-// has no GradientEdge in Python's sense, so this drives the engine with edges directly).
+// stage_backward_input / stage_backward_weight do the same with GradientEdge, a Python
+// wrapper over an autograd edge; in C++ this drives the engine with the edges directly).
 //
 // Parameters are grouped by shared junctions and each group runs as one engine call limited
 // to the group's parameters, so a junction's input-side outputs (which lead to other

@@ -1,7 +1,7 @@
 // Communicator: one process group (a set of ranks) and the collectives the library needs,
 // all asynchronous, over c10d (Gloo on CPU).
 //
-// What it adds to c10d Gloo 1.13 (docs/comm.md has the details and the reasons):
+// What it adds to c10d's Gloo backend (docs/comm.md has the details and the reasons):
 //  - flat all-gather into one output buffer, and reduce-scatter from one flat input, which
 //    Gloo lacks: an all-to-all followed by a local reduction in rank order — the same bytes
 //    on the wire as a ring, and the same result bits on every rank;

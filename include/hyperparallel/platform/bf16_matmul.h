@@ -1,5 +1,5 @@
 // Whether LibTorch's bf16 matmul is accurate on this CPU. With AVX-512 (oneDNN's kernels)
-// a bf16 matmul multiplies in bf16 and accumulates in fp32. Without it, LibTorch 1.13 falls
+// a bf16 matmul multiplies in bf16 and accumulates in fp32. Without it, LibTorch 1.13 fell
 // back to its own gemm, which for a non-transposed right-hand side accumulates in bf16: a
 // sum of 512 ones stops at 256 (each added 1 rounds away once the sum passes 256), so any
 // matmul with an inner dimension in the hundreds loses most of its bits. Measured, not
@@ -8,6 +8,8 @@
 // [1 x 1024] x [1024 x 1] probe takes the native gemm and reads 256 even on an AVX-512 CPU
 // (measured on a Xeon with AVX512_BF16 and AMX, where every model-sized product is accurate).
 // Products at or below that size still accumulate in bf16; a model's matmuls are far above it.
+// LibTorch 2.11 (the PyPI wheel) accumulates in fp32 on AVX2-only CPUs too: both probe shapes
+// give 1024 on an AMD EPYC without AVX-512. The probe stays for a LibTorch of the user's own.
 #pragma once
 
 namespace hyperparallel::platform {
