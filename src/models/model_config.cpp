@@ -186,6 +186,18 @@ void parse_rope(const Reader& r, ModelConfig& c) {
   c.rope_scaling = scaling;
 }
 
+// Qwen3-MoE's expert count: transformers 4.x writes num_experts, 5.x num_local_experts; a
+// folder that spells both is read only if they agree.
+int64_t expert_count(const Reader& r) {
+  if (!r.has("num_local_experts")) return r.integer("num_experts", std::nullopt, 1, kMaxExperts);
+  const int64_t local = r.integer("num_local_experts", std::nullopt, 1, kMaxExperts);
+  if (r.has("num_experts") && r.integer("num_experts", std::nullopt, 1, kMaxExperts) != local) {
+    throw UserError(r.where() + ": num_experts = " + r.json()["num_experts"].dump() + " disagrees with num_local_experts = " +
+                    r.json()["num_local_experts"].dump() + "; keep one of them");
+  }
+  return local;
+}
+
 // Keys of transformers configs that change the math and that no family here implements:
 // refused, so that a folder is never trained as a different model than it describes.
 void refuse_unimplemented(const Reader& r, const ModelConfig& c) {
@@ -299,7 +311,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     throw UserError(where + ": use_sliding_window = true is not supported yet; set it to false");
   }
   if (c.model_type == "qwen3_moe") {
-    c.num_experts = r.integer("num_experts", std::nullopt, 1, kMaxExperts);
+    c.num_experts = expert_count(r);
     c.num_experts_per_tok = r.integer("num_experts_per_tok", std::nullopt, 1, kMaxExperts);
     if (c.num_experts_per_tok > c.num_experts) {
       throw UserError(where + ": num_experts_per_tok " + std::to_string(c.num_experts_per_tok) + " exceeds num_experts " +

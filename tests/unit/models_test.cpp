@@ -338,9 +338,9 @@ TEST(Models, PlanOverrideMistakesListWhatExists) {
   EXPECT_EQ(built, 4);
 }
 
-// transformers 5 writes rope_parameters {rope_theta, rope_type, ...}, dtype and layer_types
-// where 4.x wrote rope_theta, rope_scaling and torch_dtype. Both spellings of one model give
-// the same model; a theta that is not the default shows it was read (a 5.x folder once ran
+// transformers 5 writes rope_parameters {rope_theta, rope_type, ...}, dtype, layer_types and
+// num_local_experts where 4.x wrote rope_theta, rope_scaling, torch_dtype and num_experts.
+// Both spellings give the same model; a theta that is not the default shows it was read (a 5.x folder once ran
 // silently with the default 10000).
 TEST(Models, TransformersFiveConfigSpellingReadsTheSameRotarySettings) {
   const std::string old_style = edited_fixture("qwen3", "\"rope_theta\": 10000.0", "\"rope_theta\": 1000000.0");
@@ -380,6 +380,17 @@ TEST(Models, TransformersFiveConfigSpellingReadsTheSameRotarySettings) {
   EXPECT_EQ(v5.rope_scaling.factor, v4.rope_scaling.factor);
   EXPECT_EQ(v5.rope_scaling.high_freq_factor, v4.rope_scaling.high_freq_factor);
   EXPECT_EQ(v5.rope_scaling.original_max_position_embeddings, v4.rope_scaling.original_max_position_embeddings);
+  // Qwen3-MoE's expert count is num_local_experts in 5.x; both spellings must agree.
+  const std::string moe_config = read_text(kFixtures + "/qwen3_moe/config.json");
+  const auto respelled = [&](const std::string& to) {
+    std::string text = moe_config;
+    text.replace(text.find("\"num_experts\": 8"), std::string("\"num_experts\": 8").size(), to);
+    return text;
+  };
+  EXPECT_EQ(hp::models::parse_model_config(respelled("\"num_local_experts\": 8"), "v5").num_experts, 8);
+  EXPECT_EQ(hp::models::parse_model_config(respelled("\"num_local_experts\": 8, \"num_experts\": 8"), "v5").num_experts, 8);
+  const std::string disagree = error_of([&] { hp::models::parse_model_config(respelled("\"num_local_experts\": 6, \"num_experts\": 8"), "v5"); });
+  EXPECT_NE(disagree.find("num_experts = 8 disagrees with num_local_experts = 6; keep one of them"), std::string::npos) << disagree;
 }
 
 // Keys that change the math and that no family here implements are refused, never ignored.
