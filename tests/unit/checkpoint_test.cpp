@@ -51,8 +51,9 @@ void train_on(int ranks, const std::string& output_dir, const std::vector<std::s
   });
 }
 
+// The losses of trainer_log.jsonl in `output_dir` (or of the .jsonl file `output_dir` names).
 std::map<int64_t, double> logged_losses(const std::string& output_dir) {
-  std::ifstream in(output_dir + "/trainer_log.jsonl");
+  std::ifstream in(fs::path(output_dir).extension() == ".jsonl" ? output_dir : output_dir + "/trainer_log.jsonl");
   std::map<int64_t, double> losses;
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line, nullptr, false);
@@ -131,6 +132,38 @@ TEST(Checkpoint, ResumeContinuesExactlyAndReshardsOntoOtherLayouts) {
     EXPECT_TRUE(at::allclose(a.read(e.name), c.read(e.name), 1e-5, 1e-6)) << e.name;
   }
   for (const auto& dir : {same, two, one, units3}) fs::remove_all(dir);
+}
+
+// A checkpoint written by the build before the move to LibTorch 2.11 (1.13.1 + OpenBLAS;
+// tests/fixtures/checkpoint_libtorch_1_13/README.md) resumes on this one: on its own layout
+// and on one process, steps 5-8 give the old run's losses (the format is ours: safetensors and
+// JSON, no LibTorch serialisation).
+TEST(Checkpoint, ACheckpointWrittenOnLibTorch113Resumes) {
+  const std::string fixture = HP_SOURCE_DIR "/tests/fixtures/checkpoint_libtorch_1_13";
+  const std::string copy = temp_dir("from_1_13_input");
+  if (!hp::testing::is_rank_process()) {
+    fs::remove_all(copy);
+    fs::create_directories(copy);
+    fs::copy(fixture + "/checkpoint-4", copy + "/checkpoint-4");  // the fixture stays untouched
+  }
+  const std::vector<std::string> base = {"model_name_or_path=" HP_SOURCE_DIR "/tests/fixtures/hf/qwen3", "max_steps=8",
+                                         "resume_from_checkpoint=" + copy + "/checkpoint-4"};
+  const std::string two = temp_dir("from_1_13_two"), one = temp_dir("from_1_13_one");
+  std::vector<std::string> layout = base;
+  layout.push_back("per_device_train_batch_size=4");
+  train_on(2, two, layout);
+  layout = base;
+  layout.push_back("per_device_train_batch_size=8");
+  train_on(1, one, layout);
+  const auto old_run = logged_losses(fixture + "/trainer_log_1_13.jsonl");
+  ASSERT_EQ(old_run.size(), 8u);
+  for (const auto& dir : {two, one}) {
+    SCOPED_TRACE(dir);
+    const auto resumed = logged_losses(dir);
+    ASSERT_EQ(resumed.size(), 4u);  // steps 5..8
+    for (const auto& [step, loss] : resumed) EXPECT_NEAR(loss, old_run.at(step), 1e-5 * old_run.at(step)) << "step " << step;
+  }
+  for (const auto& dir : {copy, two, one}) fs::remove_all(dir);
 }
 
 // Elements of "param/*" over every rank file of a checkpoint.
