@@ -169,11 +169,19 @@ TEST(PipelineParallel, EveryScheduleTrainsAsOneProcessAtPp2) {
   });
 }
 
+// 4 ranks on 2 cores, several schedules each: 85-110 s on an idle AVX2 machine, so the hang
+// guard is well above the default 120 s.
+testing::MultiProcessOptions wide_options() {
+  testing::MultiProcessOptions options;
+  options.time_limit = std::chrono::seconds(360);
+  return options;
+}
+
 TEST(PipelineParallelWide, EveryScheduleTrainsAsOneProcessAtPp4) {
   testing::run_on_ranks(4, [](testing::RankContext& ctx) {
     for (const char* schedule : {"gpipe", "1f1b", "zero_bubble"}) expect_matches_one_process(ctx, {schedule, 4, 1, 1, 1, 8});
     expect_matches_one_process(ctx, {"interleaved_1f1b", 4, 2, 1, 1, 8});
-  });
+  }, wide_options());
 }
 
 TEST(PipelineParallelWide, StagesComposeWithFsdpAndTensorParallel) {
@@ -183,7 +191,7 @@ TEST(PipelineParallelWide, StagesComposeWithFsdpAndTensorParallel) {
     expect_matches_one_process(ctx, {"interleaved_1f1b", 2, 2, 2, 1});
     expect_matches_one_process(ctx, {"1f1b", 2, 1, 1, 2});
     expect_matches_one_process(ctx, {"zero_bubble", 2, 1, 1, 2});
-  });
+  }, wide_options());
 }
 
 TEST(PipelineParallel, BalancedSplitCountsTheEmbeddingAndTheHead) {
