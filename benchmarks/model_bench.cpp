@@ -201,7 +201,8 @@ int main(int argc, char** argv) {
   std::printf("model: Qwen3 %.1f M parameters, batch %ld x %ld, %d threads, %.1f GFLOP per step\n",
               c.parameter_count() / 1e6, static_cast<long>(kBatch), static_cast<long>(kSeq), at::get_num_threads(), flops / 1e9);
   const hp::platform::BlasInfo blas = hp::platform::loaded_blas();
-  std::printf("host allocation cache: %s, blas: %s (%s kernels)\n", cache ? "on" : "off", blas.path.c_str(), blas.kernels.c_str());
+  std::printf("host allocation cache: %s, blas: %s (%s kernels)\n", cache ? "on" : "off",
+              blas.path.empty() ? "LibTorch's own" : blas.path.c_str(), blas.kernels.c_str());
   std::vector<double> sorted = rooflines;
   std::sort(sorted.begin(), sorted.end());
   std::printf("matmul roofline (best fp32 GEMM at the model's shapes), per round: median %.1f, range %.1f-%.1f GFLOP/s\n",

@@ -3,9 +3,11 @@ benchmarks/fsdp_bench.cpp: one `fully_shard` per block and one for the root, as 
 applies it. Run through a launcher that sets the env:// variables (ours or torchrun), e.g.
   build/hyperparallel run --nproc-per-node 2 -- PYTHON benchmarks/torch_fsdp2_bench.py bench fsdp2 6
 
-  bench MODE STEPS   MODE fsdp2 (reshard_after_forward=True) or fsdp2_keep (False); the
-                     24.9 M model and per-rank batch of fsdp_bench, each rank its own rows
-                     (generator 100 + rank). Prints, on rank 0:
+  bench MODE STEPS   MODE fsdp2 (reshard_after_forward=True), fsdp2_keep (False), or
+                     torch_local: every rank the whole unsharded model, no communication in
+                     the step (PyTorch's compute floor at the same threads, fsdp_bench's
+                     `local` twin); the 24.9 M model and per-rank batch of fsdp_bench, each
+                     rank its own rows (generator 100 + rank). Prints, on rank 0:
                      RESULT mode=... ranks=... step_ms=<median> rss_mb=<max over ranks>
   trajectory --weights FILE --dims V,D,H,L --seq S --batch B --steps N --lr LR [--keep] [--out FILE]
                      trains from the weights in FILE (ToyLM's names) on global batches drawn
@@ -42,7 +44,10 @@ def bench(mode, steps):
     torch.manual_seed(0)
     vocab = BENCH_DIMS[0]
     model = ToyLM(*BENCH_DIMS)
-    shard(model, world, keep=mode == "fsdp2_keep")
+    if mode not in ("fsdp2", "fsdp2_keep", "torch_local"):
+        sys.exit(f"unknown mode {mode}: fsdp2, fsdp2_keep or torch_local")
+    if mode != "torch_local":
+        shard(model, world, keep=mode == "fsdp2_keep")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(100 + rank)
     times = []

@@ -10,6 +10,7 @@
 #              FSDP step's floor at the same threads per rank
 #   ddp, fsdp_unfused, fsdp, fsdp_keep   ours (benchmarks/fsdp_bench.cpp)
 #   fsdp2, fsdp2_keep, torch_ddp         PyTorch's (benchmarks/torch_*_bench.py)
+#   torch_local  PyTorch's `local`: RANKS ranks of the unsharded model, no communication
 # BASE_BUILD=DIR adds fsdp_base, FSDP from another build (an older commit's), to the rounds:
 # a before/after measured at the same moments.
 set -euo pipefail
@@ -31,7 +32,7 @@ if [ -n "${BASE_BUILD:-}" ]; then
 fi
 python=$("$(dirname "$0")/python_env.sh")/bin/python
 if "$python" -c "import torch" 2>/dev/null; then
-  for mode in fsdp2 fsdp2_keep; do
+  for mode in torch_local fsdp2 fsdp2_keep; do
     modes+=("$mode" "$run --nproc-per-node $ranks -- $python benchmarks/torch_fsdp2_bench.py bench $mode $steps")
   done
   modes+=(torch_ddp "$run --nproc-per-node $ranks -- $python benchmarks/torch_ddp_bench.py $steps")
@@ -43,6 +44,9 @@ ratio fsdp fsdp2
 ratio fsdp_keep fsdp2_keep
 ratio fsdp local
 ratio fsdp_keep local
+ratio local torch_local
+ratio fsdp2 torch_local
+ratio fsdp2_keep torch_local
 ratio ddp torch_ddp
 ratio fsdp ddp
 if [ -n "${BASE_BUILD:-}" ]; then

@@ -1,5 +1,5 @@
 # Sourced by the bench_*.sh scripts: the header and footer every benchmark record carries
-# (docs/benchmarks.md): commit, date, cores, CPU model, the flags that decide the kernels, the BLAS,
+# (docs/benchmarks.md): commit, date, cores, CPU model, the flags that decide the kernels, the BLAS and threads,
 # load average before (with a warning when the machine is busy) and after; and `interleave`,
 # the launch harness whose numbers can be compared within one run.
 cpu_flags() {
@@ -10,8 +10,11 @@ bench_header() {
   load1=$(cut -d' ' -f1 /proc/loadavg)
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%d), $(nproc) cores," \
        "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), flags: $(cpu_flags), load $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "blas: $(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown), OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}," \
-       "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} (set: OpenBLAS runs that kernel set, not its own choice for the CPU)"
+  # The wheel's LibTorch carries MKL in libtorch_cpu.so; the system's libblas.so.3 matters only to
+  # a LibTorch of the user's own built against it (docs/building.md "BLAS and threads").
+  echo "blas: MKL in LibTorch's libtorch_cpu.so (system libblas.so.3:" \
+       "$(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo none), unused by the wheel)," \
+       "OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}"
   if awk -v l="$load1" -v n="$(nproc)" 'BEGIN { exit !(l > 0.25 * n) }'; then
     echo "WARNING: the machine is loaded (load $load1 on $(nproc) cores): launches swing; read the min-max spread"
   fi
