@@ -11,6 +11,13 @@ set(HP_TORCH_MIN_VERSION 2.11.0)
 set(HP_TORCH_MAX_VERSION 2.11.99)
 set(HP_PYTHON "" CACHE FILEPATH "Python whose torch wheel provides LibTorch (when Torch_DIR is not set)")
 
+# The wheel's Caffe2 config probes the CUDA toolkit with CMAKE_CUDA_STANDARD, which it copies
+# from CMAKE_CXX_STANDARD when unset; CMake 3.25 knows no CUDA20 flags for nvcc, so a C++20
+# configure failed there. Nothing of ours compiles CUDA: its standard stays 17.
+if(NOT DEFINED CMAKE_CUDA_STANDARD)
+  set(CMAKE_CUDA_STANDARD 17)
+endif()
+
 # First only the places a user names: Torch_DIR and CMAKE_PREFIX_PATH (as CMake variables or
 # environment variables), not the system's own prefixes. A Debian machine may carry an older
 # LibTorch under /usr (libtorch-dev, 1.13); searching there first would pick it over the
@@ -18,12 +25,6 @@ set(HP_PYTHON "" CACHE FILEPATH "Python whose torch wheel provides LibTorch (whe
 # find_package(Caffe2 PATHS <beside it>), and PATHS come after the system's prefixes: so Caffe2_DIR
 # is set beside Torch_DIR wherever we know where Torch is (hp_caffe2_beside_torch), and checked
 # after the search.
-# The wheel's Caffe2 config probes the CUDA toolkit with CMAKE_CUDA_STANDARD, which it copies
-# from CMAKE_CXX_STANDARD when unset; CMake 3.25 knows no CUDA20 flags for nvcc, so a C++20
-# configure failed there. Nothing of ours compiles CUDA: its standard stays 17.
-if(NOT DEFINED CMAKE_CUDA_STANDARD)
-  set(CMAKE_CUDA_STANDARD 17)
-endif()
 macro(hp_caffe2_beside_torch torch_dir)
   get_filename_component(_hp_caffe2_dir "${torch_dir}/../Caffe2" ABSOLUTE)
   set(Caffe2_DIR "${_hp_caffe2_dir}" CACHE PATH "LibTorch's Caffe2 CMake folder" FORCE)
