@@ -5,7 +5,9 @@
 # 1. cmake --install BUILD_DIR into a fresh temporary prefix;
 # 2. the installed CMake package names no path of this source tree or of BUILD_DIR;
 # 3. examples/, copied out of the tree, configures on its own with find_package(hyperparallel)
-#    from that prefix and builds fsdp_custom_module;
+#    from that prefix and builds fsdp_custom_module as C++20 (the library itself is C++17: this
+#    is the mix a C++20 user of LibTorch 2.x has, our public headers and LibTorch's compiled as
+#    C++20 and linked against a C++17 archive);
 # 4. the installed tool runs it on 2 ranks and rank 0 reports its last step.
 # The consumer compiles one file (~10 s cold on 2 cores, ~2 s in all warm): the work folder
 # is the ccache base dir, so the cache key holds no temporary path.
@@ -50,10 +52,11 @@ fi
 torch_dir=$(sed -n 's/^Torch_DIR:PATH=//p' "$build/CMakeCache.txt")
 [[ -n "$torch_dir" ]] || fail "no Torch_DIR in $build/CMakeCache.txt"
 "$cmake" -S "$work/examples" -B "$work/consumer" "${generator[@]}" "${launcher[@]}" \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$torch_dir" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=20 -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$torch_dir" \
   -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$log" 2>&1 || fail "configuring the consumer"
 found=$(sed -n 's/^hyperparallel_DIR:PATH=//p' "$work/consumer/CMakeCache.txt")
 [[ "$found" == "$prefix/lib/cmake/hyperparallel" ]] || fail "find_package found '$found', not the temporary prefix"
+grep -q '^CMAKE_CXX_STANDARD:UNINITIALIZED=20$' "$work/consumer/CMakeCache.txt" || fail "the consumer is not configured as C++20"
 "$cmake" --build "$work/consumer" --target fsdp_custom_module >"$log" 2>&1 || fail "building the consumer"
 
 step "running it on 2 ranks with the installed tool"
