@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -19,9 +20,18 @@
 
 #include "hyperparallel/comm/communicator.h"
 #include "hyperparallel/comm/job_trace.h"
+#include "hyperparallel/platform/host_allocator.h"
 #include "hyperparallel/platform/trace.h"
 
 namespace hyperparallel::benchmarks {
+
+// The caching host allocator the trainer installs, with this rank's share of the machine
+// (LOCAL_WORLD_SIZE processes, as our launcher and torchrun set it).
+inline void install_host_cache() {
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const int ranks = local ? std::max(1, std::atoi(local)) : 1;
+  platform::CachingHostAllocator::install(platform::CachingHostAllocator::default_limit(ranks));
+}
 
 // Rank 0 gathers every rank's events and writes one Chrome trace (pid = rank).
 inline void write_trace(comm::Communicator& world, const platform::TraceRecorder& trace, const std::string& path) {

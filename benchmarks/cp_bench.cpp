@@ -24,7 +24,6 @@
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/mesh/device_mesh.h"
 #include "hyperparallel/models/auto_model.h"
-#include "hyperparallel/platform/host_allocator.h"
 #include "hyperparallel/platform/trace.h"
 
 namespace hp = hyperparallel;
@@ -53,7 +52,7 @@ int main(int argc, char** argv) {
   const int steps = argc > 2 ? std::atoi(argv[2]) : 3;
   const std::string trace_path = argc > 3 ? argv[3] : "";
   const int64_t tokens = std::getenv("CP_BENCH_TOKENS") ? std::atoll(std::getenv("CP_BENCH_TOKENS")) : 4096;
-  hp::platform::CachingHostAllocator::install();
+  hp::benchmarks::install_host_cache();
   auto world = hp::comm::init_process_group(hp::comm::rendezvous_info_from_env());
   const int64_t n = world->size();
   const auto config = bench_config();

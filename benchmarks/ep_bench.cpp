@@ -24,7 +24,6 @@
 #include "hyperparallel/mesh/device_mesh.h"
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/models/plan_overrides.h"
-#include "hyperparallel/platform/host_allocator.h"
 #include "models/grouped_experts.h"
 
 namespace hp = hyperparallel;
@@ -85,7 +84,7 @@ int grouped_vs_loop(int reps) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "fsdp4";
   const int steps = argc > 2 ? std::atoi(argv[2]) : 4;
-  hp::platform::CachingHostAllocator::install();
+  hp::benchmarks::install_host_cache();
   if (mode == "grouped_vs_loop") return grouped_vs_loop(steps);
   auto world = hp::comm::init_process_group(hp::comm::rendezvous_info_from_env());
   const int64_t n = world->size();

@@ -33,7 +33,6 @@
 #include "hyperparallel/fsdp/module_hooks.h"
 #include "hyperparallel/mesh/device_mesh.h"
 #include "hyperparallel/platform/blas_check.h"
-#include "hyperparallel/platform/host_allocator.h"
 #include "hyperparallel/platform/trace.h"
 #include "support/toy_lm.h"
 
@@ -55,7 +54,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fsdp_bench: unknown mode '%s' (single, local, ddp, fsdp_unfused, fsdp, fsdp_keep)\n", mode.c_str());
     return 2;
   }
-  hp::platform::CachingHostAllocator::install();
+  hp::benchmarks::install_host_cache();
   auto world = hp::comm::init_process_group(hp::comm::rendezvous_info_from_env());
   const int n = world->size();
   at::manual_seed(0);

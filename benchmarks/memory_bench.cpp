@@ -33,7 +33,6 @@
 #include "hyperparallel/models/activation_checkpoint.h"
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/optim/fused_adamw.h"
-#include "hyperparallel/platform/host_allocator.h"
 
 namespace hp = hyperparallel;
 
@@ -47,7 +46,7 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "plain";
   const int steps = argc > 2 ? std::atoi(argv[2]) : 3;
   const bool cached = argc > 3 && std::string(argv[3]) == "cached";
-  if (cached) hp::platform::CachingHostAllocator::install();
+  if (cached) hp::benchmarks::install_host_cache();
   const auto config = hp::benchmarks::qwen3_48m_config();
   hp::models::ModelLoadOptions options;
   options.seed = 1;

@@ -24,12 +24,12 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "bench_common.h"
 #include "bench_qwen3.h"
 #include "op_profile.h"
 #include "hyperparallel/models/auto_model.h"
 #include "hyperparallel/platform/bf16_matmul.h"
 #include "hyperparallel/platform/blas_check.h"
-#include "hyperparallel/platform/host_allocator.h"
 #include "models/attention.h"
 #include "models/decoder.h"
 #include "models/fused_attention.h"
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
     profile = profile || std::string(argv[i]) == "--profile";
     bf16 = bf16 || std::string(argv[i]) == "--bf16";
   }
-  if (cache) hp::platform::CachingHostAllocator::install();
+  if (cache) hp::benchmarks::install_host_cache();
   hp::platform::configure_compute_threads();
   const hp::models::ModelConfig c = hp::benchmarks::qwen3_48m_config();
   constexpr int64_t kBatch = 4, kSeq = 512;

@@ -26,7 +26,6 @@
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/mesh/device_mesh.h"
 #include "hyperparallel/models/auto_model.h"
-#include "hyperparallel/platform/host_allocator.h"
 #include "hyperparallel/pp/pipeline.h"
 #include "hyperparallel/pp/stage_split.h"
 
@@ -90,7 +89,7 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "pp4_1f1b";
   const int steps = argc > 2 ? std::atoi(argv[2]) : 3;
   const int64_t microbatches = std::getenv("PP_BENCH_MICROBATCHES") ? std::atoll(std::getenv("PP_BENCH_MICROBATCHES")) : 8;
-  hp::platform::CachingHostAllocator::install();
+  hp::benchmarks::install_host_cache();
   auto world = hp::comm::init_process_group(hp::comm::rendezvous_info_from_env());
   const int64_t n = world->size();
   const auto config = bench_config();

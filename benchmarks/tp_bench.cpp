@@ -19,7 +19,6 @@
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/mesh/device_mesh.h"
 #include "hyperparallel/models/auto_model.h"
-#include "hyperparallel/platform/host_allocator.h"
 #include "hyperparallel/tp/loss_parallel.h"
 #include "hyperparallel/tp/model_plans.h"
 
@@ -57,7 +56,7 @@ double exact_bytes(const hp::models::ModelConfig& c, int64_t dp, int64_t tp, con
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "fsdp4";
   const int steps = argc > 2 ? std::atoi(argv[2]) : 4;
-  hp::platform::CachingHostAllocator::install();
+  hp::benchmarks::install_host_cache();
   auto world = hp::comm::init_process_group(hp::comm::rendezvous_info_from_env());
   const int64_t n = world->size();
   const bool validate = mode == "tp4_validate";  // Validation mode: the same plan, every boundary checked

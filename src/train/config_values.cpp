@@ -19,6 +19,15 @@ bool as_bool(const std::string& key, const Value& v) {
   return out;
 }
 
+bool is_auto(const Value& v) { return v.node.IsScalar() && v.node.Scalar() == "auto"; }
+
+std::optional<bool> as_bool_or_auto(const std::string& key, const Value& v) {
+  if (is_auto(v)) return std::nullopt;
+  bool out = false;
+  if (!v.node.IsScalar() || !YAML::convert<bool>::decode(v.node, out)) bad_value(key, v, "true, false or auto");
+  return out;
+}
+
 int64_t as_int(const std::string& key, const Value& v, int64_t min, const std::string& allowed, int64_t max) {
   int64_t out = 0;
   if (!v.node.IsScalar() || !YAML::convert<int64_t>::decode(v.node, out) || out < min) bad_value(key, v, allowed);

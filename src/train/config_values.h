@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,10 @@ constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;  // a week
 
 [[noreturn]] void bad_value(const std::string& key, const Value& v, const std::string& allowed);
 bool as_bool(const std::string& key, const Value& v);
+// The scalar `auto`: a key whose value the run derives (train/loss_chunking.h, ...).
+bool is_auto(const Value& v);
+// true, false, or auto (unset).
+std::optional<bool> as_bool_or_auto(const std::string& key, const Value& v);
 int64_t as_int(const std::string& key, const Value& v, int64_t min, const std::string& allowed, int64_t max = kMaxCount);
 double as_float(const std::string& key, const Value& v, double lo, double hi, bool lo_open, bool hi_open, const std::string& allowed);
 std::string as_string(const std::string& key, const Value& v);

@@ -12,6 +12,7 @@
 #include "hyperparallel/platform/user_error.h"
 #include "hyperparallel/tp/loss_parallel.h"
 #include "hyperparallel/tp/model_plans.h"
+#include "loss_chunking.h"
 #include "models/decoder.h"
 
 namespace hyperparallel::train {
@@ -233,7 +234,7 @@ ParallelModel parallelize(models::CausalLM& model, const ParallelLayout& layout,
   }
   models::apply_activation_checkpointing(
       model, {mode, c.activation_checkpoint.every, c.activation_checkpoint.swap_inputs, c.activation_checkpoint.selective_policy});
-  model.set_loss_chunk_tokens(c.chunked_loss.enabled ? c.chunked_loss.chunk_size : 0);
+  model.set_loss_chunk_tokens(resolve_loss_chunking(c, model.config(), layout.cp()).chunk_tokens);
   const fsdp::FullyShardOptions shard = shard_options(c, layout.dp_mesh, model);
   ParallelModel out;
   if (layout.expert_mesh) {

@@ -34,7 +34,7 @@ PipelinePlan plan_pipeline(const TrainConfig& c, const models::ModelConfig& conf
     const std::string why = " recomputes or chunks inside its backward, which computes weight gradients in the input-gradient "
                             "pass the zero_bubble schedule separates; use pp_schedule 1f1b (or interleaved_1f1b) or turn it off";
     if (activation_checkpoint_mode(c) != "off") throw UserError("activation checkpointing" + why);
-    if (c.chunked_loss.enabled) throw UserError("chunked_loss" + why);
+    if (c.chunked_loss.enabled.value_or(false)) throw UserError("chunked_loss" + why);
     if (c.bf16 || c.fsdp_config.mix_precision.param_dtype != "float32") {
       throw UserError("pp_schedule zero_bubble with bf16 parameters under FSDP is not supported yet (the weight pass finds the "
                       "parameters' gradient accumulators, which the dtype change replaces); use 1f1b or fp32");

@@ -207,7 +207,7 @@ void check_combinations(const TrainConfig& c) {
     require(c.learning_rate > kw.lr_end, "lr_scheduler_type: polynomial decays learning_rate to lr_scheduler_kwargs.lr_end (" +
                                              std::to_string(kw.lr_end) + "), which must be smaller than learning_rate");
   }
-  require(!(c.chunked_loss.enabled && a.sequence_parallel && a.loss_parallel),
+  require(!(c.chunked_loss.enabled.value_or(false) && a.sequence_parallel && a.loss_parallel),
           "chunked_loss with sequence_parallel and loss_parallel is not supported yet (the head's input is sequence-sharded); "
           "turn off chunked_loss.enabled or one of them");
   require(!(c.disable_gradient_checkpointing && (c.gradient_checkpointing || c.activation_checkpoint.mode != "off")),

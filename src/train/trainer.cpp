@@ -2,12 +2,14 @@
 #include "hyperparallel/train/trainer.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <ostream>
 
@@ -30,6 +32,7 @@
 #include "hyperparallel/train/lr_schedule.h"
 #include "eval_loss.h"
 #include "heldout_eval.h"
+#include "loss_chunking.h"
 #include "hf_outputs.h"
 #include "optimizer_setup.h"
 #include "output_dir.h"
@@ -110,6 +113,14 @@ double peak_rss_mib() {
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
+
+// VmRSS now (not the high-water mark): whether memory stays flat over a run shows in this.
+double resident_mib() {
+  std::ifstream statm("/proc/self/statm");
+  long long pages = 0, resident = 0;
+  if (!(statm >> pages >> resident)) return 0;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
 }
 
 // The checkpoint's facts, checked against this run: the sampler position only means the same
@@ -350,7 +361,11 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
           << (every > 1 ? ", every " + std::to_string(every) + " layers" : "")
           << (c.activation_checkpoint.swap_inputs ? ", kept inputs swapped to a host pool" : "") << "\n";
     }
-    if (c.chunked_loss.enabled) log << "chunked loss: " << c.chunked_loss.chunk_size << " tokens per chunk\n";
+    if (const LossChunking chunking = resolve_loss_chunking(c, model->config(), layout.cp()); chunking.chunk_tokens > 0) {
+      log << "chunked loss: " << chunking.chunk_tokens << " tokens per chunk (" << chunking.reason << ")\n";
+    } else if (chunking.reason.rfind("auto: off, the", 0) == 0) {
+      log << "chunked loss: " << chunking.reason << "\n";
+    }
     if (const auto* file = optimizer->state_file()) {
       log << "optimizer offload: " << (file->bytes() >> 20) << " MiB of AdamW moments"
           << (fsdp::separate_master_numels(*model).empty() ? "" : " and fp32 master shards") << " per rank in a file in "
@@ -478,7 +493,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
       }
       interval_aux = interval_dropped = 0;
       nlohmann::json record{{"step", step + 1}, {"loss", mean_loss}, {"grad_norm", grad_norm}, {"lr", lr}, {"epoch", epoch},
-                          {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed}, {"peak_rss_mib", peak_rss_mib()},
+                          {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed}, {"peak_rss_mib", peak_rss_mib()}, {"rss_mib", resident_mib()},
                           {"mfu", flops_per_token * throughput / (roofline_gflops * 1e9)},
                           {"elapsed_time", timedelta_text(elapsed)}, {"remaining_time", timedelta_text(eta)},
                           {"throughput", std::round(throughput * 100.0) / 100.0}, {"total_tokens", tokens_before + total_tokens}};

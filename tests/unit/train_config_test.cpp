@@ -10,8 +10,10 @@
 #include "hyperparallel/platform/bf16_matmul.h"
 #include "hyperparallel/platform/cpu_features.h"
 #include "hyperparallel/platform/user_error.h"
+#include "hyperparallel/models/model_config.h"
 #include "hyperparallel/train/train_config.h"
 #include "support/subprocess.h"
+#include "train/loss_chunking.h"
 #include "support/test_files.h"
 
 namespace hp = hyperparallel;
@@ -253,4 +255,36 @@ TEST(TrainConfig, BadConfigsFailWithExitCode2NamingTheKey) {
   const auto no_file = hp::testing::run_subprocess({HP_CLI_PATH, "train", "/nonexistent.yaml"});
   EXPECT_EQ(no_file.exit_code, 2);
   EXPECT_NE(no_file.output.find("cannot read the config file /nonexistent.yaml"), std::string::npos) << no_file.output;
+}
+
+// chunked_loss: auto chunks where a micro-batch's fp32 logits are large (Qwen3's vocabulary,
+// LlamaFactory's 2 x 512 tokens), not the demo's; an explicit value wins; auto stays off where
+// the chunked loss cannot run.
+TEST(TrainConfig, ChunkedLossAutoChunksWhereTheLogitsAreLarge) {
+  const std::string path = write_yaml("chunked_auto", kValid);
+  hp::models::ModelConfig qwen3 = hp::models::debug_flavour_config("qwen3-debug");
+  qwen3.vocab_size = 151936;
+  const std::string out = "output_dir=" + ::testing::TempDir() + "hp_chunked_auto";
+  const auto at = [&](std::vector<std::string> overrides, int64_t cp = 1) {
+    overrides.push_back(out);
+    return hp::train::resolve_loss_chunking(hp::train::load_train_config(path, overrides), qwen3, cp);
+  };
+  const auto real = at({"per_device_train_batch_size=2", "cutoff_len=512"});
+  EXPECT_EQ(real.chunk_tokens, 128);  // 64 MiB / (151936 x 4 bytes) is 110: the 128 floor
+  EXPECT_NE(real.reason.find("auto: a micro-batch's fp32 logits up to 593 MiB (1024 tokens x 151936"), std::string::npos) << real.reason;
+  EXPECT_EQ(at({"per_device_train_batch_size=2", "cutoff_len=128"}).chunk_tokens, 0);  // 148 MiB
+  EXPECT_EQ(at({"per_device_train_batch_size=2", "cutoff_len=512", "chunked_loss.chunk_size=300"}).chunk_tokens, 300);
+  EXPECT_EQ(at({"per_device_train_batch_size=2", "cutoff_len=512", "chunked_loss.enabled=false"}).chunk_tokens, 0);
+  EXPECT_EQ(at({"per_device_train_batch_size=1", "cutoff_len=64", "chunked_loss.enabled=true"}).chunk_tokens, 128);
+  const auto sharded = at({"per_device_train_batch_size=2", "cutoff_len=512", "accelerator.tp_size=2",
+                           "accelerator.sequence_parallel=true", "accelerator.loss_parallel=true"});
+  EXPECT_EQ(sharded.chunk_tokens, 0);
+  EXPECT_NE(sharded.reason.find("sequence-sharded"), std::string::npos) << sharded.reason;
+  // Context parallelism: each rank holds 1/cp of the row's tokens.
+  EXPECT_EQ(at({"per_device_train_batch_size=2", "cutoff_len=512"}, 4).chunk_tokens, 0);
+  // The demo: 8 x 96 tokens of a 512-token vocabulary.
+  EXPECT_EQ(hp::train::resolve_loss_chunking(hp::train::load_train_config(HP_SOURCE_DIR "/examples/demo_sft.yaml", {}),
+                                             hp::models::debug_flavour_config("qwen3-debug"), 1).chunk_tokens, 0);
+  const std::string bad = hp::testing::user_error_of([&] { hp::train::load_train_config(path, {"chunked_loss.enabled=maybe", out}); });
+  EXPECT_NE(bad.find("expected true, false or auto"), std::string::npos) << bad;
 }

@@ -88,7 +88,7 @@ int train_command(const Args& args) {
     if (!result.summary.empty()) std::cerr << "hyperparallel train: " << result.summary << "\n";
     return result.exit_code;
   }
-  platform::CachingHostAllocator::install();
+  platform::CachingHostAllocator::install(platform::CachingHostAllocator::default_limit(info.local_world_size));
   comm::CommOptions options;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
   options.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.heartbeat_timeout_s * 1000));

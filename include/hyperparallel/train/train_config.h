@@ -71,10 +71,10 @@ struct ActivationCheckpointConfig {
   std::string selective_policy = "op";  // selective: op (Linear outputs kept) | attention_core
 };
 
-// Chunked loss (CausalLM::set_loss_chunk_tokens).
+// Chunked loss (CausalLM::set_loss_chunk_tokens); train/loss_chunking.h decides "auto".
 struct ChunkedLossConfig {
-  bool enabled = false;
-  int64_t chunk_size = 1024;  // tokens per chunk
+  std::optional<bool> enabled;            // unset: auto, on where a micro-batch's logits are large
+  std::optional<int64_t> chunk_size;      // tokens per chunk; unset: about 64 MiB of fp32 logits
 };
 
 // optim: muon (optim/muon.h): Muon for the matrices, AdamW for the rest. Unset lr and

@@ -1,0 +1,33 @@
+// Whether the trainer computes the loss in chunks, and with how many tokens each.
+//
+// With a large vocabulary the head's fp32 logits and their gradient are the largest tensors of
+// a step (2 x 512 tokens of Qwen3's 151,936-token vocabulary: 622 MB each). The chunked loss
+// (CausalLM::set_loss_chunk_tokens) never holds them whole, at the cost of one more head GEMM
+// per chunk (its logits are recomputed in backward). `chunked_loss.enabled: auto` (the default)
+// turns it on where that buys memory worth the time: a micro-batch's fp32 logits would take
+// kAutoMinLogitsBytes or more and span at least two chunks. It stays off where the chunked
+// loss cannot run (sequence_parallel with loss_parallel; the zero_bubble pipeline schedule);
+// asked for there, the config checks refuse it. `chunked_loss.chunk_size: auto` keeps one
+// chunk's fp32 logits near kAutoChunkLogitsBytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "hyperparallel/models/model_config.h"
+#include "hyperparallel/train/train_config.h"
+
+namespace hyperparallel::train {
+
+constexpr int64_t kAutoMinLogitsBytes = int64_t{256} << 20;
+constexpr int64_t kAutoChunkLogitsBytes = int64_t{64} << 20;
+
+struct LossChunking {
+  int64_t chunk_tokens = 0;  // 0: the whole micro-batch's logits at once
+  std::string reason;        // what decided it, for the banner
+};
+
+// `cp_size`: the context-parallel degree (each rank holds 1/cp of a row's tokens).
+LossChunking resolve_loss_chunking(const TrainConfig& c, const models::ModelConfig& model, int64_t cp_size);
+
+}  // namespace hyperparallel::train
