@@ -2,8 +2,10 @@
 #include "hyperparallel/models/causal_lm.h"
 
 #include "cross_entropy.h"
+#include "linear_cross_entropy.h"
 #include "decoder.h"
 #include "hyperparallel/fsdp/module_hooks.h"
+#include "hyperparallel/nn/forward_hooks.h"
 #include "recompute.h"
 #include "hyperparallel/platform/user_error.h"
 #include "layers.h"
@@ -240,8 +242,14 @@ at::Tensor CausalLM::chunked_loss_sum(const at::Tensor& hidden, const at::Tensor
     throw UserError("chunked loss needs the whole sequence on every rank; with sequence_parallel and loss_parallel the head's "
                     "input is sequence-sharded: turn chunked_loss off or one of them");
   }
-  // The head's parameters leave through each chunk (run_with_recompute's `params`): every
-  // chunk reads them, and a tied head is the embedding too.
+  // A plain head (no forward hooks: not a tensor-parallel one, no bias) and the built-in loss:
+  // head and loss fused per chunk, no recompute (linear_cross_entropy.h).
+  const bool plain_head = !lm_head_ || (nn::forward_hooks(*lm_head_).empty() && !lm_head_->bias.defined());
+  if (!token_loss_ && plain_head) {
+    return linear_cross_entropy_sum(rows, lm_head_ ? lm_head_->weight : tied_head_weight(), shifted_labels, loss_chunk_tokens_);
+  }
+  // Otherwise each chunk through run_with_recompute. The head's parameters leave through each
+  // chunk (its `params`): every chunk reads them, and a tied head is the embedding too.
   std::vector<at::Tensor> head_params;
   for (const auto& p : lm_head_ ? lm_head_->parameters() : std::vector<at::Tensor>{tied_head_weight()}) {
     if (p.requires_grad()) head_params.push_back(p);

@@ -15,45 +15,22 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-constexpr int64_t kIgnored = -100;
 constexpr int64_t kRowsPerTask = 8;
 
-void check_labels(const at::Tensor& labels, int64_t vocab) {
-  const int64_t* l = labels.data_ptr<int64_t>();
-  for (int64_t r = 0; r < labels.numel(); ++r) {
-    if (l[r] != kIgnored && (l[r] < 0 || l[r] >= vocab)) {
-      throw c10::IndexError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-                            "Target " + std::to_string(l[r]) + " is out of bounds (vocabulary of " + std::to_string(vocab) + ").");
-    }
-  }
-}
-
 uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
-
-float logit_at(const at::Tensor& logits, int64_t row, int64_t label) {
-  const int64_t at = row * logits.size(1) + label;
-  return logits.scalar_type() == at::kFloat ? logits.data_ptr<float>()[at] : static_cast<float>(logits.data_ptr<at::BFloat16>()[at]);
-}
 
 struct CrossEntropySumFunction : torch::autograd::Function<CrossEntropySumFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits_in, const at::Tensor& labels_in) {
     const at::Tensor logits = logits_in.contiguous(), labels = labels_in.contiguous();
-    const int64_t rows = logits.size(0), vocab = logits.size(1);
-    check_labels(labels, vocab);
+    const int64_t rows = logits.size(0);
+    check_label_range(labels, logits.size(1));
     at::Tensor lse = at::empty({rows}, logits.options().dtype(at::kFloat));
-    float* lse_ptr = lse.data_ptr<float>();
-    const bool fp32 = logits.scalar_type() == at::kFloat;
-    at::parallel_for(0, rows, kRowsPerTask, [&](int64_t begin, int64_t end) {
-      if (fp32) {
-        log_sum_exp(logits.data_ptr<float>() + begin * vocab, end - begin, vocab, lse_ptr + begin);
-      } else {
-        log_sum_exp_bf16(bf16_bits(logits) + begin * vocab, end - begin, vocab, lse_ptr + begin);
-      }
-    });
+    const float* lse_ptr = lse.data_ptr<float>();
+    rows_log_sum_exp(logits, lse.data_ptr<float>());
     const int64_t* l = labels.data_ptr<int64_t>();
     double sum = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      if (l[r] != kIgnored) sum += static_cast<double>(lse_ptr[r]) - logit_at(logits, r, l[r]);
+      if (l[r] != kIgnoredLabel) sum += static_cast<double>(lse_ptr[r]) - logit_at(logits, r, l[r]);
     }
     ctx->save_for_backward({logits, labels, lse});
     return at::scalar_tensor(sum, lse.options());
@@ -62,27 +39,56 @@ struct CrossEntropySumFunction : torch::autograd::Function<CrossEntropySumFuncti
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &logits = saved[0], &labels = saved[1], &lse = saved[2];
-    const int64_t rows = logits.size(0), vocab = logits.size(1);
     const float g = grads[0].item<float>();
-    const at::Tensor scale = labels.ne(kIgnored).to(at::kFloat).mul_(g);
+    const at::Tensor scale = labels.ne(kIgnoredLabel).to(at::kFloat).mul_(g);
     at::Tensor out = at::empty_like(logits);  // the logits' dtype: bf16 rounds the fp32 gradient once
-    const bool fp32 = logits.scalar_type() == at::kFloat;
-    const float* lse_ptr = lse.data_ptr<float>();
-    const int64_t* l = labels.data_ptr<int64_t>();
-    const float* s = scale.data_ptr<float>();
-    at::parallel_for(0, rows, kRowsPerTask, [&](int64_t begin, int64_t end) {
-      const int64_t at = begin * vocab, n = end - begin;
-      if (fp32) {
-        softmax_minus_one_hot(logits.data_ptr<float>() + at, lse_ptr + begin, l + begin, s + begin, n, vocab, out.data_ptr<float>() + at);
-      } else {
-        softmax_minus_one_hot_bf16(bf16_bits(logits) + at, lse_ptr + begin, l + begin, s + begin, n, vocab, bf16_bits(out) + at);
-      }
-    });
+    rows_softmax_minus_one_hot(logits, lse.data_ptr<float>(), labels.data_ptr<int64_t>(), scale.data_ptr<float>(), out);
     return {out, at::Tensor()};
   }
 };
 
 }  // namespace
+
+void check_label_range(const at::Tensor& labels, int64_t vocab) {
+  const at::Tensor contiguous = labels.contiguous();
+  const int64_t* l = contiguous.data_ptr<int64_t>();
+  for (int64_t r = 0; r < contiguous.numel(); ++r) {
+    if (l[r] != kIgnoredLabel && (l[r] < 0 || l[r] >= vocab)) {
+      throw c10::IndexError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                            "Target " + std::to_string(l[r]) + " is out of bounds (vocabulary of " + std::to_string(vocab) + ").");
+    }
+  }
+}
+
+float logit_at(const at::Tensor& logits, int64_t row, int64_t label) {
+  const int64_t at = row * logits.size(1) + label;
+  return logits.scalar_type() == at::kFloat ? logits.data_ptr<float>()[at] : static_cast<float>(logits.data_ptr<at::BFloat16>()[at]);
+}
+
+void rows_log_sum_exp(const at::Tensor& logits, float* lse) {
+  const int64_t vocab = logits.size(1);
+  const bool fp32 = logits.scalar_type() == at::kFloat;
+  at::parallel_for(0, logits.size(0), kRowsPerTask, [&](int64_t begin, int64_t end) {
+    if (fp32) {
+      log_sum_exp(logits.data_ptr<float>() + begin * vocab, end - begin, vocab, lse + begin);
+    } else {
+      log_sum_exp_bf16(bf16_bits(logits) + begin * vocab, end - begin, vocab, lse + begin);
+    }
+  });
+}
+
+void rows_softmax_minus_one_hot(const at::Tensor& logits, const float* lse, const int64_t* labels, const float* scale, at::Tensor& out) {
+  const int64_t vocab = logits.size(1);
+  const bool fp32 = logits.scalar_type() == at::kFloat;
+  at::parallel_for(0, logits.size(0), kRowsPerTask, [&](int64_t begin, int64_t end) {
+    const int64_t at = begin * vocab, n = end - begin;
+    if (fp32) {
+      softmax_minus_one_hot(logits.data_ptr<float>() + at, lse + begin, labels + begin, scale + begin, n, vocab, out.data_ptr<float>() + at);
+    } else {
+      softmax_minus_one_hot_bf16(bf16_bits(logits) + at, lse + begin, labels + begin, scale + begin, n, vocab, bf16_bits(out) + at);
+    }
+  });
+}
 
 at::Tensor cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels) {
   const bool fused_dtype = logits.scalar_type() == at::kFloat || logits.scalar_type() == at::kBFloat16;
@@ -90,7 +96,7 @@ at::Tensor cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels)
       labels.dim() == 1 && labels.size(0) == logits.size(0)) {
     return CrossEntropySumFunction::apply(logits, labels);
   }
-  return at::cross_entropy_loss(logits, labels, {}, at::Reduction::Sum, kIgnored);
+  return at::cross_entropy_loss(logits, labels, {}, at::Reduction::Sum, kIgnoredLabel);
 }
 
 }  // namespace hyperparallel::models

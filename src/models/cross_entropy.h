@@ -16,9 +16,23 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+
 namespace hyperparallel::models {
 
 // logits [N, V] (fp32 or bf16), labels [N] (int64; -100 ignored); returns a 0-dim fp32 tensor.
 at::Tensor cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels);
+
+// The row passes both fused losses share (this one and linear_cross_entropy.h), over contiguous
+// CPU [rows, vocab] fp32 or bf16 logits, rows in parallel:
+constexpr int64_t kIgnoredLabel = -100;
+// c10::IndexError for a label outside [0, vocab) other than kIgnoredLabel, as ATen's loss.
+void check_label_range(const at::Tensor& labels, int64_t vocab);
+// lse[r] = log Σ_j e^{logits[r, j]}.
+void rows_log_sum_exp(const at::Tensor& logits, float* lse);
+// out[r, :] = scale[r] · (softmax(logits[r, :]) − one_hot(labels[r])); `out` may be `logits`.
+void rows_softmax_minus_one_hot(const at::Tensor& logits, const float* lse, const int64_t* labels, const float* scale, at::Tensor& out);
+// logits[r, label], widened to fp32.
+float logit_at(const at::Tensor& logits, int64_t row, int64_t label);
 
 }  // namespace hyperparallel::models

@@ -2,10 +2,10 @@
 //
 // With a large vocabulary the head's fp32 logits and their gradient are the largest tensors of
 // a step (2 x 512 tokens of Qwen3's 151,936-token vocabulary: 622 MB each). The chunked loss
-// (CausalLM::set_loss_chunk_tokens) never holds them whole, at the cost of one more head GEMM
-// per chunk (its logits are recomputed in backward). `chunked_loss.enabled: auto` (the default)
-// turns it on where that buys memory worth the time: a micro-batch's fp32 logits would take
-// kAutoMinLogitsBytes or more and span at least two chunks. It stays off where the chunked
+// (CausalLM::set_loss_chunk_tokens) never holds them whole; with a plain head at no extra GEMM
+// (models/linear_cross_entropy.h), with a tensor-parallel one at one more head GEMM per chunk.
+// `chunked_loss.enabled: auto` (the default) turns it on where it buys memory that matters: a
+// micro-batch's fp32 logits would take kAutoMinLogitsBytes or more and span at least two chunks. It stays off where the chunked
 // loss cannot run (sequence_parallel with loss_parallel; the zero_bubble pipeline schedule);
 // asked for there, the config checks refuse it. `chunked_loss.chunk_size: auto` keeps one
 // chunk's fp32 logits near kAutoChunkLogitsBytes.

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "models/cross_entropy.h"
+#include "models/linear_cross_entropy.h"
 #include "models/softmax_rows.h"
 
 namespace hp = hyperparallel;
@@ -107,4 +108,48 @@ TEST(Models, CrossEntropySumKeepsNaN) {
   at::Tensor logits = at::randn({3, 40});
   logits[1][7] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(std::isnan(hp::models::cross_entropy_sum(logits, at::tensor(std::vector<int64_t>{1, 2, 3})).item<double>()));
+}
+
+// The head and loss fused per chunk (models/linear_cross_entropy.h) against at::linear and
+// ATen's cross-entropy: the sum and both gradients, any chunk size, ignored labels; a frozen
+// weight gets no gradient; a label outside the vocabulary is refused.
+TEST(Models, LinearCrossEntropySumMatchesTheHeadAndAtenLoss) {
+  const at::Tensor hidden = at::randn({29, 24}).requires_grad_(true);
+  const at::Tensor weight = (at::randn({301, 24}) * 0.2).requires_grad_(true);
+  at::Tensor labels = at::randint(301, {29}, at::kLong);
+  labels.narrow(0, 4, 6).fill_(-100);
+  const at::Tensor expected = at::cross_entropy_loss(at::linear(hidden, weight), labels, {}, at::Reduction::Sum, -100);
+  const auto want = torch::autograd::grad({expected * 0.3}, {hidden, weight});
+  for (const int64_t chunk : {1, 7, 29, 1000}) {
+    SCOPED_TRACE(chunk);
+    const at::Tensor got = hp::models::linear_cross_entropy_sum(hidden, weight, labels, chunk);
+    EXPECT_NEAR(got.item<double>(), expected.item<double>(), 1e-5 * expected.item<double>());
+    const auto have = torch::autograd::grad({got * 0.3}, {hidden, weight});
+    EXPECT_LE(max_abs(have[0], want[0]), 1e-6);
+    EXPECT_LE(max_abs(have[1], want[1]), 1e-6);
+  }
+  const at::Tensor frozen = weight.detach();
+  const at::Tensor only_hidden = hp::models::linear_cross_entropy_sum(hidden, frozen, labels, 5);
+  EXPECT_LE(max_abs(torch::autograd::grad({only_hidden * 0.3}, {hidden})[0], want[0]), 1e-6);
+  at::Tensor bad = labels.clone();
+  bad[2] = 301;
+  EXPECT_THROW(hp::models::linear_cross_entropy_sum(hidden, weight, bad, 5), c10::IndexError);
+}
+
+// bf16: the logits' gradient rounded to bf16 once per element, as cross_entropy_sum's backward
+// rounds it; compared with the fp32 function of the same bf16 inputs.
+TEST(Models, LinearCrossEntropySumOfBf16IsCloseToFp32) {
+  const at::Tensor hidden32 = at::randn({40, 32}), weight32 = at::randn({257, 32}) * 0.2;
+  const at::Tensor labels = at::randint(257, {40}, at::kLong);
+  const at::Tensor hidden = hidden32.to(at::kBFloat16).requires_grad_(true), weight = weight32.to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor h = hidden.detach().to(at::kFloat).requires_grad_(true), w = weight.detach().to(at::kFloat).requires_grad_(true);
+  const at::Tensor got = hp::models::linear_cross_entropy_sum(hidden, weight, labels, 16);
+  const at::Tensor ref = hp::models::linear_cross_entropy_sum(h, w, labels, 16);
+  EXPECT_NEAR(got.item<double>(), ref.item<double>(), 2e-2 * ref.item<double>());
+  const auto have = torch::autograd::grad({got}, {hidden, weight});
+  const auto want = torch::autograd::grad({ref}, {h, w});
+  EXPECT_EQ(have[0].scalar_type(), at::kBFloat16);
+  EXPECT_EQ(have[1].scalar_type(), at::kBFloat16);
+  EXPECT_LE(max_abs(have[0].to(at::kFloat), want[0]), 2e-2 * want[0].abs().max().item<double>());
+  EXPECT_LE(max_abs(have[1].to(at::kFloat), want[1]), 2e-2 * want[1].abs().max().item<double>());
 }

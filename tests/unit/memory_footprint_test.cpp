@@ -134,11 +134,18 @@ TEST(MemoryFootprint, EachFeatureCutsWhatItPromises) {
   // The chunked loss removes the logits term: the [tokens x vocab] fp32 logits and their
   // gradient never exist whole. The plain step's fused cross-entropy (models/cross_entropy.h)
   // keeps only the logits themselves (which the forward also returns) and writes their
-  // gradient once: with and without checkpointing, most of that buffer's worth goes (measured
-  // 0.88 of it on LibTorch 2.11, over 0.9 on 1.13; 85 % at least).
+  // gradient once, so one logits buffer is what can go (the recompute form saved 0.88 of it on
+  // LibTorch 2.11). With this plain (tied) head the chunks are the fused form
+  // (models/linear_cross_entropy.h), which holds from the loss's forward what the recompute
+  // form makes only in backward: the head weight's [vocab x hidden] fp32 gradient, one chunk's
+  // logits and the [tokens x hidden] gradient (42 MB here against 64 MB of logits; measured
+  // savings 22 MB plain, 53 MB with full checkpointing). On Qwen3's vocabulary at 2 x 512
+  // tokens the fused form peaks lower than the recompute one (RealDataMemory, docs/memory.md).
   const double logits_mb = static_cast<double>(kRows * kSeq * kVocab * 4) / (1024.0 * 1024.0);
-  EXPECT_GE(plain - f["chunked"].activation, 0.85 * logits_mb);
-  EXPECT_GE(f["full"].activation - f["full_chunked"].activation, 0.85 * logits_mb);
+  const double held_mb = static_cast<double>((kVocab * 512 + kChunk * kVocab + kRows * kSeq * 512) * 4) / (1024.0 * 1024.0);
+  EXPECT_GE(plain - f["chunked"].activation, 0.85 * logits_mb - held_mb);
+  EXPECT_GT(plain - f["chunked"].activation, 0.0);
+  EXPECT_GE(f["full"].activation - f["full_chunked"].activation, 0.85 * logits_mb - held_mb);
   // Optimizer offload takes AdamW's two fp32 moments out of the resident set (90 % of them at least).
   const double moments_mb = 2.0 * 4.0 * static_cast<double>(f["plain"].parameters) / (1024.0 * 1024.0);
   EXPECT_GE(f["plain"].resident - f["offload"].resident, 0.9 * moments_mb);

@@ -115,8 +115,10 @@ class CausalLM : public torch::nn::Module {
   void set_token_loss(std::shared_ptr<TokenLoss> loss) { token_loss_ = std::move(loss); }
   const std::shared_ptr<TokenLoss>& token_loss() const { return token_loss_; }
   // Chunked loss: with labels, the head and the loss run on `tokens` rows of the flattened
-  // hidden states at a time, each chunk's logits recomputed in backward (models/recompute.h),
-  // so the [tokens x vocab] logits never exist whole; CausalLMOutput::logits is then left
+  // hidden states at a time — a plain head fused with the loss per chunk, no recompute
+  // (models/linear_cross_entropy.h); a hooked (tensor-parallel) head or a custom token loss with
+  // each chunk's logits recomputed in backward (models/recompute.h) — so the [tokens x vocab]
+  // logits never exist whole; CausalLMOutput::logits is then left
   // undefined. 0 (the default): off. UserError for a negative count.
   void set_loss_chunk_tokens(int64_t tokens);
   int64_t loss_chunk_tokens() const { return loss_chunk_tokens_; }
