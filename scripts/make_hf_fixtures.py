@@ -35,6 +35,15 @@ lm_loss + coef*aux and the routing margin; reloading the folder with from_pretra
 the same logits. --compare DIR measures how far another fixture set (same recipe) is.
 
 Usage: python scripts/make_hf_fixtures.py --out tests/fixtures/hf5 [--compare tests/fixtures/hf]
+
+--model-only writes one architecture's model folder and nothing else (no cases, no summary),
+with config values changed by --set and the tokenizer files of --tokenizer copied in: the
+benchmarks' models, e.g. the 103 M Qwen3 with the real 151,936-token vocabulary of
+scripts/bench_vs_llamafactory.sh:
+  python scripts/make_hf_fixtures.py --model-only --archs qwen3 --out /tmp/qwen3_103m \
+    --set vocab_size=151936 hidden_size=512 intermediate_size=1536 num_hidden_layers=8 \
+          num_attention_heads=8 num_key_value_heads=4 head_dim=64 initializer_range=0.02 \
+    --tokenizer tests/fixtures/tokenizer/qwen3
 """
 import argparse
 import copy
@@ -77,10 +86,11 @@ ARCHS = {
 
 # ---------------------------------------------------------------------------- models
 
-def build_model(arch, seed=WEIGHT_SEED, experts="eager"):
-    """experts: 5.x's MoE experts implementation; "eager" is the loop in the modeling file."""
+def build_model(arch, seed=WEIGHT_SEED, experts="eager", overrides=None):
+    """experts: 5.x's MoE experts implementation; "eager" is the loop in the modeling file.
+    overrides: config values that replace COMMON's and the architecture's (--set)."""
     config_cls, model_cls, extra = ARCHS[arch]
-    config = getattr(transformers, config_cls)(**COMMON, **extra)
+    config = getattr(transformers, config_cls)(**dict(COMMON, **extra, **(overrides or {})))
     config._attn_implementation = "eager"
     if hasattr(config, "_experts_implementation"):
         config._experts_implementation = experts
@@ -382,12 +392,42 @@ def compare_sets(out_dir, other_dir):
     return result
 
 
+def write_model_only(args):
+    """One architecture's folder as save_pretrained writes it, plus a tokenizer: a benchmark's model."""
+    import shutil
+    archs = args.archs.split(",")
+    if len(archs) != 1 or archs[0] not in ARCHS:
+        sys.exit(f"--model-only: give one architecture with --archs, one of {', '.join(ARCHS)}")
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            sys.exit(f"--set {item}: expected KEY=VALUE")
+        overrides[key] = json.loads(value)
+    torch.set_num_threads(os.cpu_count() or 1)
+    transformers.utils.logging.set_verbosity_error()
+    model = build_model(archs[0], overrides=overrides)
+    model.save_pretrained(args.out)
+    if args.tokenizer:
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt"):
+            if os.path.exists(os.path.join(args.tokenizer, name)):
+                shutil.copy(os.path.join(args.tokenizer, name), args.out)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"{args.out}: {type(model).__name__}, {params / 1e6:.1f} M parameters, vocabulary {model.config.vocab_size}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="output folder (one subfolder per architecture)")
     parser.add_argument("--archs", default=",".join(ARCHS), help="comma-separated subset of " + ",".join(ARCHS))
     parser.add_argument("--compare", help="another fixture set to measure against (e.g. tests/fixtures/hf)")
+    parser.add_argument("--model-only", action="store_true", help="write only the model folder of one architecture at --out")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="with --model-only: config values (JSON values)")
+    parser.add_argument("--tokenizer", help="with --model-only: a folder whose tokenizer files are copied into the model folder")
     args = parser.parse_args()
+    if args.model_only:
+        write_model_only(args)
+        return
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
