@@ -270,12 +270,12 @@ TEST(TrainConfig, ChunkedLossAutoChunksWhereTheLogitsAreLarge) {
     return hp::train::resolve_loss_chunking(hp::train::load_train_config(path, overrides), qwen3, cp);
   };
   const auto real = at({"per_device_train_batch_size=2", "cutoff_len=512"});
-  EXPECT_EQ(real.chunk_tokens, 128);  // 64 MiB / (151936 x 4 bytes) is 110: the 128 floor
+  EXPECT_EQ(real.chunk_tokens, 441);  // 256 MiB / (151936 x 4 bytes)
   EXPECT_NE(real.reason.find("auto: a micro-batch's fp32 logits up to 593 MiB (1024 tokens x 151936"), std::string::npos) << real.reason;
   EXPECT_EQ(at({"per_device_train_batch_size=2", "cutoff_len=128"}).chunk_tokens, 0);  // 148 MiB
   EXPECT_EQ(at({"per_device_train_batch_size=2", "cutoff_len=512", "chunked_loss.chunk_size=300"}).chunk_tokens, 300);
   EXPECT_EQ(at({"per_device_train_batch_size=2", "cutoff_len=512", "chunked_loss.enabled=false"}).chunk_tokens, 0);
-  EXPECT_EQ(at({"per_device_train_batch_size=1", "cutoff_len=64", "chunked_loss.enabled=true"}).chunk_tokens, 128);
+  EXPECT_EQ(at({"per_device_train_batch_size=1", "cutoff_len=64", "chunked_loss.enabled=true"}).chunk_tokens, 441);
   const auto sharded = at({"per_device_train_batch_size=2", "cutoff_len=512", "accelerator.tp_size=2",
                            "accelerator.sequence_parallel=true", "accelerator.loss_parallel=true"});
   EXPECT_EQ(sharded.chunk_tokens, 0);
