@@ -18,11 +18,11 @@ LossChunking resolve_loss_chunking(const TrainConfig& c, const models::ModelConf
   const int64_t chunk = c.chunked_loss.chunk_size.value_or(auto_chunk_tokens(model.vocab_size));
   if (c.chunked_loss.enabled.has_value()) {
     if (!*c.chunked_loss.enabled) return {0, "chunked_loss.enabled: false"};
-    return {chunk, "chunked_loss.enabled: true"};
+    return {chunk, "chunked_loss.enabled: true", true};
   }
   const AcceleratorConfig& a = c.accelerator;
-  if (a.sequence_parallel && a.loss_parallel) return {0, "auto: off, the head's input is sequence-sharded (loss_parallel)"};
-  if (a.pp_size > 1 && a.pp_schedule == "zero_bubble") return {0, "auto: off, the zero_bubble schedule splits the backward"};
+  if (a.sequence_parallel && a.loss_parallel) return {0, "auto: off, the head's input is sequence-sharded (loss_parallel)", true};
+  if (a.pp_size > 1 && a.pp_schedule == "zero_bubble") return {0, "auto: off, the zero_bubble schedule splits the backward", true};
   // The longest micro-batch a rank computes the loss on: its rows at cutoff_len, 1/cp of each.
   // In double: the keys are bounded one by one (config_values.h), not their product.
   const double tokens = static_cast<double>(c.per_device_train_batch_size) * static_cast<double>(c.cutoff_len) /
@@ -30,7 +30,7 @@ LossChunking resolve_loss_chunking(const TrainConfig& c, const models::ModelConf
   const double logits_bytes = tokens * static_cast<double>(model.vocab_size) * 4;
   const std::string size = "a micro-batch's fp32 logits up to " + mib(logits_bytes) + " (" + std::to_string(static_cast<int64_t>(tokens)) + " tokens x " +
                            std::to_string(model.vocab_size) + " vocabulary)";
-  if (logits_bytes >= static_cast<double>(kAutoMinLogitsBytes) && tokens >= 2.0 * static_cast<double>(chunk)) return {chunk, "auto: " + size};
+  if (logits_bytes >= static_cast<double>(kAutoMinLogitsBytes) && tokens >= 2.0 * static_cast<double>(chunk)) return {chunk, "auto: " + size, true};
   return {0, "auto: off, " + size};
 }
 

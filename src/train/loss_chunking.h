@@ -28,7 +28,8 @@ constexpr int64_t kAutoChunkLogitsBytes = int64_t{256} << 20;
 
 struct LossChunking {
   int64_t chunk_tokens = 0;  // 0: the whole micro-batch's logits at once
-  std::string reason;        // what decided it, for the banner
+  std::string reason;        // what decided it
+  bool announce = false;     // the banner says it: on, or auto kept off by the layout
 };
 
 // `cp_size`: the context-parallel degree (each rank holds 1/cp of a row's tokens).

@@ -361,10 +361,10 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
           << (every > 1 ? ", every " + std::to_string(every) + " layers" : "")
           << (c.activation_checkpoint.swap_inputs ? ", kept inputs swapped to a host pool" : "") << "\n";
     }
-    if (const LossChunking chunking = resolve_loss_chunking(c, model->config(), layout.cp()); chunking.chunk_tokens > 0) {
-      log << "chunked loss: " << chunking.chunk_tokens << " tokens per chunk (" << chunking.reason << ")\n";
-    } else if (chunking.reason.rfind("auto: off, the", 0) == 0) {
-      log << "chunked loss: " << chunking.reason << "\n";
+    if (const LossChunking chunking = resolve_loss_chunking(c, model->config(), layout.cp()); chunking.announce) {
+      log << "chunked loss: " << (chunking.chunk_tokens > 0 ? std::to_string(chunking.chunk_tokens) + " tokens per chunk (" + chunking.reason + ")"
+                                                            : chunking.reason)
+          << "\n";
     }
     if (const auto* file = optimizer->state_file()) {
       log << "optimizer offload: " << (file->bytes() >> 20) << " MiB of AdamW moments"
