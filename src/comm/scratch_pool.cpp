@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "hyperparallel/platform/host_allocator.h"
+
 namespace hyperparallel::comm {
 
 at::Tensor ScratchPool::acquire(int64_t nbytes) {
@@ -18,16 +20,10 @@ at::Tensor ScratchPool::acquire(int64_t nbytes) {
 }
 
 void ScratchPool::release(at::Tensor buffer) {
+  if (platform::CachingHostAllocator::installed()) return;  // the buffer's memory goes back to that cache
   std::lock_guard<std::mutex> lock(mutex_);
   auto& list = free_[buffer.numel()];
   if (list.size() < kKeepPerSize) list.push_back(std::move(buffer));
-}
-
-int64_t ScratchPool::cached_bytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  int64_t total = 0;
-  for (const auto& [size, list] : free_) total += size * static_cast<int64_t>(list.size());
-  return total;
 }
 
 }  // namespace hyperparallel::comm

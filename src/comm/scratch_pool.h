@@ -5,7 +5,9 @@
 // 32 MiB to the kernel on free. Reusing warm buffers keeps a 64 MiB reduce-scatter near the
 // speed of the all-to-all under it. A buffer is taken for one collective and given back in
 // its finishing step; buffers of a size stay cached (at most kKeepPerSize) until the
-// communicator goes away.
+// communicator goes away. Where the process runs the caching host allocator
+// (platform/host_allocator.h) nothing is kept here: that cache keeps the pages warm and lends
+// them to requests of any size.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -23,7 +25,6 @@ class ScratchPool {
   // A 1-D uint8 tensor of exactly `nbytes`, warm when one of that size was given back.
   at::Tensor acquire(int64_t nbytes);
   void release(at::Tensor buffer);
-  int64_t cached_bytes() const;
 
  private:
   mutable std::mutex mutex_;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -34,12 +35,29 @@ std::vector<double> gradient_norm_weights(torch::nn::Module& root, int64_t world
   return weights;
 }
 
+namespace {
+
+// Sum of squares in fp64, a slice at a time: a whole [vocab x hidden] gradient cast to fp64
+// and squared would be two temporaries 2x its size each (1.2 GB for Qwen3's embedding).
+at::Tensor squared_sum(const at::Tensor& grad) {
+  constexpr int64_t kSlice = 1 << 20;
+  if (!grad.is_contiguous() || grad.numel() <= kSlice) return grad.to(at::kDouble).pow(2).sum();
+  const at::Tensor flat = grad.view({-1});
+  at::Tensor sum = at::zeros({}, at::kDouble);
+  for (int64_t start = 0; start < flat.numel(); start += kSlice) {
+    sum += flat.narrow(0, start, std::min(kSlice, flat.numel() - start)).to(at::kDouble).pow(2).sum();
+  }
+  return sum;
+}
+
+}  // namespace
+
 at::Tensor local_squared_gradient_norm(torch::nn::Module& root, const std::vector<double>& weights) {
   at::Tensor sum = at::zeros({}, at::kDouble);
   size_t i = 0;
   for (const auto& p : root.parameters()) {
     const double w = weights.at(i++);
-    if (p.grad().defined()) sum += p.grad().to(at::kDouble).pow(2).sum() * w;
+    if (p.grad().defined()) sum += squared_sum(p.grad()) * w;
   }
   return sum;
 }

@@ -2,9 +2,12 @@
 
 #include <c10/core/CPUAllocator.h>
 
+#include "hyperparallel/platform/host_allocator.h"
+
 namespace hyperparallel::fsdp {
 
 c10::DataPtr WarmMemoryPool::take(size_t nbytes) {
+  if (platform::CachingHostAllocator::installed()) return c10::GetCPUAllocator()->allocate(nbytes);
   auto& list = free_[nbytes];
   if (!list.empty()) {
     c10::DataPtr p = std::move(list.back());
@@ -14,7 +17,10 @@ c10::DataPtr WarmMemoryPool::take(size_t nbytes) {
   return c10::GetCPUAllocator()->allocate(nbytes);
 }
 
-void WarmMemoryPool::give(size_t nbytes, c10::DataPtr memory) { free_[nbytes].push_back(std::move(memory)); }
+void WarmMemoryPool::give(size_t nbytes, c10::DataPtr memory) {
+  if (platform::CachingHostAllocator::installed()) return;  // `memory` goes back to the cache here
+  free_[nbytes].push_back(std::move(memory));
+}
 
 ReleasableBuffer::ReleasableBuffer(int64_t numel, at::ScalarType dtype)
     : tensor_(at::empty({numel}, at::TensorOptions().dtype(dtype))),

@@ -3,7 +3,10 @@
 // WarmMemoryPool keeps released memory for the next unit of the same size: first touches of
 // fresh pages cost ~3 ms/MiB on these machines, and a unit's full-parameter buffer is
 // released and re-acquired twice per step. The pool holds at most what was live at once,
-// so the bound on live unsharded units still bounds memory.
+// so the bound on live unsharded units still bounds memory. Where the process runs the
+// caching host allocator (platform/host_allocator.h) the pool holds nothing: that cache
+// already keeps the pages warm, and serves them to requests of any size (memory parked here
+// could serve only the next unit of the same size).
 // ReleasableBuffer is a flat tensor whose memory can be released and re-acquired in place:
 // every tensor sharing its storage (parameter aliases, views autograd saved in forward)
 // follows the new memory — the C++ form of FSDP2's storage resize.

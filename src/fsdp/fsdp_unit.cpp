@@ -142,6 +142,10 @@ FSDPUnit::FSDPUnit(std::vector<torch::nn::Module*> modules, std::vector<Param> p
   sharded_ = at::zeros({shard_total});
   offload_ = options.offload_policy.cpu_offload;
   if (param_dtype_ != at::kFloat || offload_) device_shard_ = at::zeros({shard_total}, at::TensorOptions().dtype(param_dtype_));
+  // One rank holding every row, nothing replicated, fp32 on the host: the shards are the full
+  // parameters, so no all-gather buffer is ever allocated (the world of one of a single-process
+  // run pays nothing for being a unit).
+  local_ = n == 1 && !replicate_comm_ && param_dtype_ == at::kFloat && reduce_dtype_ == at::kFloat && !offload_;
   unsharded_ = ReleasableBuffer(shard_total * n, param_dtype_);
   unsharded_grad_ = ReleasableBuffer(shard_total * n, param_dtype_);
   if (reduce_dtype_ != param_dtype_) reduce_input_ = ReleasableBuffer(shard_total * n, reduce_dtype_);
@@ -240,9 +244,34 @@ void FSDPUnit::point_params_at_sharded() {
 }
 
 void FSDPUnit::ensure_grad_buffers() {
-  if (sharded_grad_.defined()) return;
-  sharded_grad_ = at::zeros({sharded_.numel()});
-  reduced_ = at::zeros({sharded_.numel()}, at::TensorOptions().dtype(reduce_dtype_));
+  if (!sharded_grad_.defined()) sharded_grad_ = at::zeros({sharded_.numel()});
+  if (grad_path_ == GradPath::kReduceThenAdd && !reduced_.defined()) {
+    reduced_ = at::zeros({sharded_.numel()}, at::TensorOptions().dtype(reduce_dtype_));
+  }
+}
+
+// Chosen when a backward starts a new accumulation (docs/fsdp.md "Buffers"). The shard
+// gradients hold nothing worth keeping when every parameter's gradient was set to none since
+// the last step (LibTorch 2.x's zero_grad): the reduction may then write straight into them.
+FSDPUnit::GradPath FSDPUnit::choose_grad_path() const {
+  bool fresh = true;
+  for (const auto& sp : params_) {
+    if (sp.param.requires_grad() && sp.param.grad().defined()) fresh = false;
+  }
+  // In place, a scaling factor would also scale what earlier steps left there.
+  if (local_ && (fresh || !settings_.gradient_scaling_factor)) return GradPath::kAccumulateInShards;
+  if (fresh && reduce_dtype_ == at::kFloat && !offload_) return GradPath::kReduceIntoShards;
+  return GradPath::kReduceThenAdd;
+}
+
+const at::Tensor& FSDPUnit::full_params() const { return local_ ? sharded_ : unsharded_.tensor(); }
+
+const at::Tensor& FSDPUnit::full_grads() const {
+  return grad_path_ == GradPath::kAccumulateInShards ? sharded_grad_ : unsharded_grad_.tensor();
+}
+
+const at::Tensor& FSDPUnit::reduction_output() const {
+  return grad_path_ == GradPath::kReduceThenAdd ? reduced_ : sharded_grad_;
 }
 
 void FSDPUnit::place_masters(at::Tensor storage, std::function<void(const at::Tensor&)> release) {
@@ -261,7 +290,7 @@ WarmMemoryPool* FSDPUnit::pool() const { return root_ ? root_->pool() : nullptr;
 void FSDPUnit::release_unsharded() {
   for (auto& sp : params_) sp.param.set_data(sp.view_of(sharded_, sp.shard_offset, sp.local_rows));
   unsharded_.release(pool());
-  if (root_) root_->unsharded_released(this);
+  if (root_ && !local_) root_->unsharded_released(this);
 }
 
 // Bumped by every in-place write to the shards (optimizer steps write the parameters, loads
@@ -281,7 +310,7 @@ void FSDPUnit::drop_pending_gather() {
 }
 
 void FSDPUnit::unshard_async() {
-  if (state_ == UnitState::kUnsharded || !pending_gather_.empty()) return;
+  if (state_ == UnitState::kUnsharded || !pending_gather_.empty() || local_) return;
   gather_version_ = shard_version();
   unsharded_.acquire(pool());
   if (root_) root_->unsharded_acquired(this);
@@ -321,7 +350,7 @@ void FSDPUnit::unshard() {
   issue_unshard();
   for (auto& h : pending_gather_) h.wait();
   pending_gather_.clear();
-  for (auto& sp : params_) sp.param.set_data(sp.view_of(unsharded_.tensor(), sp.unsharded_offset, sp.dim0));
+  for (auto& sp : params_) sp.param.set_data(sp.view_of(full_params(), sp.unsharded_offset, sp.dim0));
   if (state_ == UnitState::kShardedPostForward) {
     post_forward_.release(pool());
     transition(UnitState::kShardedPostForward, UnitState::kUnsharded);
@@ -452,18 +481,23 @@ void FSDPUnit::pre_backward() {
   unshard();
   root_->on_pre_backward(this);
   if (!accumulating_) {
-    unsharded_grad_.acquire(root_->pool());
-    unsharded_grad_.tensor().zero_();
+    grad_path_ = choose_grad_path();
+    if (grad_path_ == GradPath::kAccumulateInShards) {
+      ensure_grad_buffers();
+    } else {
+      unsharded_grad_.acquire(root_->pool());
+      unsharded_grad_.tensor().zero_();
+    }
   }
   for (auto& sp : params_) {
     sp.grad_ready = false;
     if (!sp.param.requires_grad()) continue;
-    // A gradient set to none since the last step (LibTorch 2.x's zero_grad) means zero: the
-    // reduction below adds into sharded_grad_, which only an in-place zero_grad clears.
-    if (!accumulating_ && sharded_grad_.defined() && !sp.param.grad().defined()) {
+    // A gradient set to none since the last step (LibTorch 2.x's zero_grad) means zero where
+    // backward adds into sharded_grad_ (kReduceIntoShards overwrites all of it).
+    if (!accumulating_ && grad_path_ != GradPath::kReduceIntoShards && sharded_grad_.defined() && !sp.param.grad().defined()) {
       sp.view_of(sharded_grad_, sp.shard_offset, sp.local_rows).zero_();
     }
-    sp.param.mutable_grad() = sp.view_of(unsharded_grad_.tensor(), sp.unsharded_offset, sp.dim0);
+    sp.param.mutable_grad() = sp.view_of(full_grads(), sp.unsharded_offset, sp.dim0);
   }
   grads_ready_ = 0;
 }
@@ -483,10 +517,12 @@ void FSDPUnit::on_grad_ready(size_t index) {
 }
 
 void FSDPUnit::issue_reduce_scatter() {
+  reduce_issued_ = true;
   // Replicated parameters: a DDP-style all-reduce of each gradient over every dp rank.
   for (const auto& [name, p] : replicated_) {
     if (p.requires_grad() && p.grad().defined()) pending_replicated_.push_back(dp_comm_->all_reduce(p.grad(), settings_.reduce_op));
   }
+  if (grad_path_ == GradPath::kAccumulateInShards) return;  // backward wrote them in place
   ensure_grad_buffers();
   // Every gradient of the unit is in unsharded_grad_: reduce-scatter now, overlapping the
   // backward of the units before this one; the root waits for it at the end of backward.
@@ -496,11 +532,11 @@ void FSDPUnit::issue_reduce_scatter() {
     source = reduce_input_.tensor().copy_(source);
   }
   if (settings_.comm_fusion) {
-    pending_reduce_.push_back(shard_comm_->reduce_scatter_blocks(reduced_, source, blocks_, settings_.reduce_op));
+    pending_reduce_.push_back(shard_comm_->reduce_scatter_blocks(reduction_output(), source, blocks_, settings_.reduce_op));
     return;
   }
   for (const auto& sp : params_) {
-    pending_reduce_.push_back(shard_comm_->reduce_scatter(reduced_.narrow(0, sp.shard_offset, sp.block),
+    pending_reduce_.push_back(shard_comm_->reduce_scatter(reduction_output().narrow(0, sp.shard_offset, sp.block),
                                                           source.narrow(0, sp.unsharded_offset, sp.block * shard_comm_->size()),
                                                           settings_.reduce_op));
   }
@@ -512,11 +548,12 @@ bool FSDPUnit::in_backward() const {
 
 void FSDPUnit::finish_reduce_scatter() {
   if (!in_backward() || !settings_.requires_gradient_sync) return;
-  if (pending_reduce_.empty()) issue_reduce_scatter();  // some parameters got no gradient
+  if (!reduce_issued_) issue_reduce_scatter();  // some parameters got no gradient
   for (auto& h : pending_reduce_) h.wait();
   pending_reduce_.clear();
+  reduce_issued_ = false;
   // HSDP: the replica all-reduce runs while the root finishes the other units' reduce-scatters.
-  if (replicate_comm_) pending_replicate_ = replicate_comm_->all_reduce(reduced_, settings_.reduce_op);
+  if (replicate_comm_) pending_replicate_ = replicate_comm_->all_reduce(reduction_output(), settings_.reduce_op);
 }
 
 void FSDPUnit::finish_backward() {
@@ -534,12 +571,12 @@ void FSDPUnit::finish_backward() {
   for (auto& h : pending_replicated_) h.wait();
   pending_replicated_.clear();
   if (settings_.gradient_scaling_factor) {
-    reduced_.mul_(*settings_.gradient_scaling_factor);
+    reduction_output().mul_(*settings_.gradient_scaling_factor);
     for (const auto& [name, p] : replicated_) {
       if (p.grad().defined()) p.mutable_grad().mul_(*settings_.gradient_scaling_factor);
     }
   }
-  sharded_grad_.add_(reduced_);  // with offload: device -> host
+  if (grad_path_ == GradPath::kReduceThenAdd) sharded_grad_.add_(reduced_);  // with offload: device -> host
   reduced_since_forward_ = true;
   unsharded_grad_.release(root_->pool());
   reduce_input_.release(root_->pool());

@@ -10,6 +10,10 @@
 //   unsharded_       [N * sum_k block_k]  the all-gather output in blocked layout: p_k is
 //                                         contiguous there, so the full p_k is an alias
 //   unsharded_grad_  same layout          backward accumulates here; one reduce-scatter
+//   reduced_         [sum_k block_k]      the reduction's output where sharded_grad_ keeps
+//                                         earlier steps' gradients (GradPath below)
+// On one rank (local_) the shards are the full parameters and their gradients: neither
+// unsharded buffer is used.
 // Parameters alias the buffers (set_data with non-view tensors): they keep their identity,
 // and an optimizer's zero_grad() works on them.
 // States: SHARDED (p aliases sharded_; unsharded_ released) <-> UNSHARDED (p aliases
@@ -153,7 +157,16 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   void issue_reduce_scatter();
   void register_grad_hooks();
   void point_params_at_sharded();
-  void ensure_grad_buffers();  // sharded_grad_ and reduced_, on first use
+  // Where a step's gradients go: kReduceThenAdd reduces into reduced_ and adds that to the
+  // shard gradients (which may hold earlier steps' sums); kReduceIntoShards reduces straight
+  // into sharded_grad_ (its contents are dead: every gradient was set to none); with local_,
+  // kAccumulateInShards lets backward accumulate into sharded_grad_ itself.
+  enum class GradPath { kReduceThenAdd, kReduceIntoShards, kAccumulateInShards };
+  GradPath choose_grad_path() const;
+  void ensure_grad_buffers();  // sharded_grad_ on first use, reduced_ when the path needs it
+  const at::Tensor& full_params() const;      // what unsharded parameters alias
+  const at::Tensor& full_grads() const;       // what gradients accumulate into in backward
+  const at::Tensor& reduction_output() const;  // the reduce-scatter's output
   // Parameters back to their shards; the full-parameter memory to the pool.
   void release_unsharded();
   WarmMemoryPool* pool() const;  // the root's, or none before the first forward
@@ -183,7 +196,12 @@ class FSDPUnit : public ModuleHooks, public std::enable_shared_from_this<FSDPUni
   int64_t device_shard_version_ = -1;  // shard_version() device_shard_ was cast at
   std::function<void(const at::Tensor&)> release_masters_;  // after each cast, when placed
   bool offload_ = false;
-  at::Tensor reduced_;                 // reduce-scatter output, reduce_dtype_
+  at::Tensor reduced_;                 // reduce-scatter output, reduce_dtype_ (kReduceThenAdd only)
+  // One rank, nothing replicated, fp32, no offload: full parameters alias the shards and
+  // gradients accumulate in the shard gradients; no collective runs.
+  bool local_ = false;
+  GradPath grad_path_ = GradPath::kReduceThenAdd;  // of the accumulation in progress
+  bool reduce_issued_ = false;                      // this backward's reduction is in flight
   ReleasableBuffer unsharded_, unsharded_grad_;  // param_dtype_
   ReleasableBuffer reduce_input_;      // unsharded_grad_ cast to reduce_dtype_ (when they differ)
   // reshard_after_forward = k: after forward this rank keeps pieces [j*N/k, (j+1)*N/k) of

@@ -129,6 +129,12 @@ class Cache final : public c10::Allocator {
     return s;
   }
 
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.peak_live_bytes = stats_.live_bytes;
+    stats_.peak_mapped_bytes = stats_.live_bytes + free_.bytes();
+  }
+
   void set_limit(uint64_t limit) {
     std::lock_guard<std::mutex> lock(mutex_);
     limit_ = limit;
@@ -208,6 +214,10 @@ HostAllocatorStats CachingHostAllocator::stats() { return Cache::instance ? Cach
 
 void CachingHostAllocator::release_cached() {
   if (Cache::instance) Cache::instance->release_all();
+}
+
+void CachingHostAllocator::reset_peak() {
+  if (Cache::instance) Cache::instance->reset_peak();
 }
 
 uint64_t CachingHostAllocator::default_limit(int ranks_on_this_machine) {

@@ -4,6 +4,8 @@
 // communication per step is exactly the expected collectives and bytes.
 #include <gtest/gtest.h>
 
+#include <ATen/Parallel.h>
+
 #include <thread>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/embedding.h>
@@ -84,10 +86,14 @@ struct FsdpRun {
   bool list_unit = false;   // blocks 0 and 1 form one unit
   bool stray_unshard = false;  // every block's unshard() issued right before the step, never waited for
   bool grads_set_to_none = false;  // gradients dropped (LibTorch 2.x's zero_grad) instead of zeroed
+  bool zero_grad_in_place = false;  // zero_grad(false): the shard gradients are kept and summed into
 };
 
 void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
   constexpr int kSteps = 20;
+  // A lone rank gets every core; this model's tensors are too small to split, and OpenMP's
+  // spinning barriers on a busy machine made the world of one 10x slower than the others.
+  at::set_num_threads(1);
   const Trajectory reference = train_single_process(kSteps, run.ignore_final_norm);
 
   const int64_t n = ctx.world_size;
@@ -153,6 +159,8 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
     root.reset_max_live_unsharded_units();
     if (run.grads_set_to_none) {
       for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
+    } else if (run.zero_grad_in_place) {
+      opt.zero_grad(false);
     } else {
       opt.zero_grad();
     }
@@ -182,18 +190,24 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
     // Per micro-batch, blocks all-gather in forward (and again in backward when resharded
     // after forward). One reduce-scatter per
     // unit per step (only the synced backward); HSDP adds one all-reduce per unit.
+    // One rank alone (no replicas, fp32, no offload) communicates nothing: its shards are the
+    // full parameters and backward accumulates in its shard gradients, unless a scaling
+    // factor meets gradients kept from earlier steps (then it reduces, as more ranks do).
+    const bool local = shards == 1 && !run.hsdp && !run.offload;
+    const bool local_reduces = local && run.sum_with_scaling && run.zero_grad_in_place && s > 0;  // kept from step s - 1
     int64_t ag_calls = 0, ag_bytes = 0, rs_calls = 0, rs_bytes = 0;
     for (auto& u : units) {
+      if (local && !local_reduces) continue;
       const bool is_root = &u == &units.back();
       const int64_t per_unit_calls = run.comm_fusion ? 1 : static_cast<int64_t>(u.unit_param_count());
       // The root keeps its parameters from its first forward to the synced backward.
       const int64_t gathers =
-          is_root ? 1 : (run.reshard_after_forward && run.reshard_group == 0 ? 2 : 1) * run.micro_batches;
+          local ? 0 : is_root ? 1 : (run.reshard_after_forward && run.reshard_group == 0 ? 2 : 1) * run.micro_batches;
       ag_calls += gathers * per_unit_calls;
       ag_bytes += gathers * (shards - 1) * u.sharded_numel() * 4;
       rs_calls += per_unit_calls;
       rs_bytes += (shards - 1) * u.sharded_numel() * 4;
-      if (run.stray_unshard && !is_root) {  // the stray gather; the next forward issues its own again
+      if (run.stray_unshard && !is_root && !local) {  // the stray gather; the next forward issues its own again
         ag_calls += per_unit_calls;
         ag_bytes += (shards - 1) * u.sharded_numel() * 4;
       }
@@ -221,7 +235,9 @@ void expect_parity(testing::RankContext& ctx, const FsdpRun& run) {
     }
     // Memory: the current unit, its prefetched units, and one more in backward (the root
     // keeps its own and is not counted).
-    if (s > 0 && !run.stray_unshard) {
+    if (local) {
+      EXPECT_EQ(root.max_live_unsharded_units(), 0) << "step " << s;  // no all-gather buffer at all
+    } else if (s > 0 && !run.stray_unshard) {
       EXPECT_LE(root.max_live_unsharded_units(), 2 + run.prefetch_depth) << "step " << s;
       // ...and prefetching really happens: the current unit plus `depth` ahead.
       EXPECT_GE(root.max_live_unsharded_units(), std::min<int>(1 + run.prefetch_depth, kLayers)) << "step " << s;
@@ -266,7 +282,7 @@ TEST_P(FsdpParity, MatchesOneProcessUnfused) {
   testing::run_on_ranks(GetParam(), [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, FsdpParity, ::testing::Values(2, 3, 4),
+INSTANTIATE_TEST_SUITE_P(WorldSizes, FsdpParity, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
 TEST(FsdpFeatures, PrefetchDepth0And2) {
@@ -449,6 +465,30 @@ TEST(FsdpFeatures, SumWithScalingFactorEqualsAvg) {
   FsdpRun run;
   run.sum_with_scaling = true;
   testing::run_on_ranks(2, [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
+}
+
+// zero_grad(false) keeps the shard gradients: the reduction lands in a buffer of its own and
+// is added to them (with set-to-none it writes into them directly).
+TEST(FsdpFeatures, GradientsZeroedInPlaceAccumulateOverMicroBatches) {
+  FsdpRun run;
+  run.zero_grad_in_place = true;
+  run.micro_batches = 2;
+  testing::run_on_ranks(3, [&](testing::RankContext& ctx) { expect_parity(ctx, run); });
+}
+
+// One rank: gradients accumulate in the shard gradients over micro-batches, scaled or not; a
+// scaling factor with gradients kept from earlier steps takes the reducing path instead.
+TEST(FsdpFeatures, OneRankAccumulatesInItsShards) {
+  testing::run_on_ranks(1, [](testing::RankContext& ctx) {
+    for (const bool in_place : {false, true}) {
+      SCOPED_TRACE(in_place ? "zero_grad(false)" : "set to none");
+      FsdpRun run;
+      run.micro_batches = 3;
+      run.sum_with_scaling = true;
+      run.zero_grad_in_place = in_place;
+      expect_parity(ctx, run);
+    }
+  });
 }
 
 TEST(FsdpShards, ParametersHoldCeilRowsAndOptimizerSeesShards) {

@@ -47,6 +47,7 @@ class CachingHostAllocator {
   static bool installed();
   static HostAllocatorStats stats();
   static void release_cached();  // unmap every cached block
+  static void reset_peak();      // the peaks start again from what is live (mapped) now
   // A quarter of this machine's RAM (MemTotal) shared by the `ranks_on_this_machine` processes
   // that each run a cache, at most 16 GiB each.
   static uint64_t default_limit(int ranks_on_this_machine);
