@@ -133,7 +133,6 @@ void for_each_row_range(const Tile& t, const ItemGroup& group, Fn&& fn) {
   });
 }
 
-uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
 
 // The fp32 mask rows: row `position` of the group's item `item` ([B or 1, 1, T, S], contiguous).
 struct MaskRows {

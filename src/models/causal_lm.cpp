@@ -1,6 +1,7 @@
 // The causal LM head and loss. See models/causal_lm.h.
 #include "hyperparallel/models/causal_lm.h"
 
+#include "cpu_gemm.h"
 #include "cross_entropy.h"
 #include "linear_cross_entropy.h"
 #include "decoder.h"
@@ -130,7 +131,7 @@ at::Tensor CausalLM::head_loss_sum(const at::Tensor& hidden, const at::Tensor& s
 // The head runs through its forward hooks (a column-parallel head under loss parallel). The
 // plain loss reads bf16 logits as they are (cross_entropy.h): no [tokens x vocab] fp32 copy.
 at::Tensor CausalLM::head(const at::Tensor& hidden, bool for_loss) {
-  const at::Tensor logits = lm_head_ ? lm_head_->forward(hidden) : at::linear(hidden, tied_head_weight());
+  const at::Tensor logits = lm_head_ ? lm_head_->forward(hidden) : linear(hidden, tied_head_weight(), at::Tensor());
   return for_loss && !token_loss_ && logits.scalar_type() == at::kBFloat16 ? logits : logits.to(at::kFloat);
 }
 

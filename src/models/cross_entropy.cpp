@@ -17,7 +17,6 @@ using torch::autograd::variable_list;
 
 constexpr int64_t kRowsPerTask = 8;
 
-uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
 
 struct CrossEntropySumFunction : torch::autograd::Function<CrossEntropySumFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits_in, const at::Tensor& labels_in) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hyperparallel/platform/user_error.h"
+#include "cpu_gemm.h"
 #include "cross_entropy.h"
 
 namespace hyperparallel::models {
@@ -19,7 +20,12 @@ using torch::autograd::variable_list;
 struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropyFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden_in, const at::Tensor& weight_in, const at::Tensor& labels_in,
                             int64_t chunk) {
-    const at::Tensor hidden = hidden_in.contiguous(), weight = weight_in.contiguous(), labels = labels_in.contiguous();
+    // bf16 on a CPU without bf16 instructions: the whole loss in fp32 (cpu_gemm.h), the
+    // gradients back in bf16 (an fp32 copy of the head weight lives for the call).
+    const bool in_fp32 = hidden_in.scalar_type() == at::kBFloat16 && bf16_gemms_through_fp32();
+    const at::Tensor hidden = in_fp32 ? hidden_in.to(at::kFloat) : hidden_in.contiguous();
+    const at::Tensor weight = in_fp32 ? weight_in.to(at::kFloat) : weight_in.contiguous();
+    const at::Tensor labels = labels_in.contiguous();
     const int64_t rows = hidden.size(0), vocab = weight.size(0);
     const bool weight_grad = ctx->needs_input_grad(1);
     at::Tensor grad_hidden = at::empty_like(hidden);
@@ -51,7 +57,8 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
     }
     ctx->saved_data["grad_hidden"] = grad_hidden;
     ctx->saved_data["grad_weight"] = grad_weight;
-    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight_in.scalar_type());
+    ctx->saved_data["hidden_dtype"] = static_cast<int64_t>(hidden_in.scalar_type());
     return at::scalar_tensor(sum, hidden.options().dtype(at::kFloat));
   }
 
@@ -60,8 +67,9 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
     at::Tensor grad_hidden = ctx->saved_data["grad_hidden"].toTensor();
     at::Tensor grad_weight = ctx->saved_data["grad_weight"].toTensor();
     const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    const auto hidden_dtype = static_cast<at::ScalarType>(ctx->saved_data["hidden_dtype"].toInt());
     ctx->saved_data.clear();  // the [vocab x hidden] buffer leaves with the returned gradient
-    grad_hidden.mul_(g.to(grad_hidden.scalar_type()));
+    grad_hidden = grad_hidden.mul_(g.to(grad_hidden.scalar_type())).to(hidden_dtype);
     if (grad_weight.defined()) grad_weight = grad_weight.mul_(g).to(weight_dtype);
     return {grad_hidden, grad_weight, at::Tensor(), at::Tensor()};
   }

@@ -1,6 +1,8 @@
 // The op-level selective checkpointing policy: Linear outputs kept, the rest recomputed. See linear_outputs.h.
 #include "linear_outputs.h"
 
+#include "cpu_gemm.h"
+
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -31,8 +33,8 @@ struct KeptLinearFunction : torch::autograd::Function<KeptLinearFunction> {
     const at::Tensor dy = grads[0].reshape({-1, weight.size(0)});
     torch::autograd::variable_list result(with_bias ? 4 : 3);  // x, weight, [bias], kept
     // The products autograd's mm backward forms for x.view(-1, in).mm(weight.t()).
-    if (ctx->needs_input_grad(0)) result[0] = dy.mm(weight).view(x.sizes());
-    if (ctx->needs_input_grad(1)) result[1] = dy.t().mm(x.reshape({-1, weight.size(1)}));
+    if (ctx->needs_input_grad(0)) result[0] = gemm(dy, weight).view(x.sizes());
+    if (ctx->needs_input_grad(1)) result[1] = gemm(dy.t(), x.reshape({-1, weight.size(1)}));
     if (with_bias && ctx->needs_input_grad(2)) result[2] = dy.sum(0);
     return result;
   }
@@ -54,17 +56,17 @@ LinearOutputScope::~LinearOutputScope() { open_scope = outer_; }
 
 at::Tensor linear_with_kept_outputs(const void* site, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   LinearOutputScope* scope = open_scope;
-  if (!scope) return at::linear(x, weight, bias);
+  if (!scope) return linear(x, weight, bias);
   KeptLinearOutputs& kept = scope->kept;
   if (scope->mode == LinearOutputScope::Mode::kRecord) {
-    at::Tensor y = at::linear(x, weight, bias);
+    at::Tensor y = linear(x, weight, bias);
     // An alias of the same memory with no autograd history of its own: y may leave the
     // checkpointed forward as an output (the router's logits) and get the recompute
     // function as its grad_fn, which the recompute's graph must not lead back to.
     kept.outputs.push_back({y.detach(), site});
     return y;
   }
-  if (kept.next >= kept.outputs.size()) return at::linear(x, weight, bias);  // none left: a second recompute
+  if (kept.next >= kept.outputs.size()) return linear(x, weight, bias);  // none left: a second recompute
   const size_t k = kept.next++;
   at::Tensor y = std::exchange(kept.outputs[k].output, at::Tensor());
   if (kept.outputs[k].site != site || y.sizes() != at::IntArrayRef(output_shape(x, weight))) {

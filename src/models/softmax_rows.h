@@ -12,10 +12,15 @@
 // masked one (the mask's dtype-lowest value) does in the eager core; a NaN makes its row NaN.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <vector>
 
 namespace hyperparallel::models {
+
+// A bf16 tensor's elements as the uint16_t bit patterns the bf16 kernels below take.
+inline uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
 
 // The vector widths this CPU runs (16 with AVX-512, 8 with AVX2 + FMA, 4 always), widest first.
 // `lanes` below picks one of them (tests run each); 0 means the widest.
