@@ -97,6 +97,8 @@ def measure_once(args):
     if args.ranks > 1:  # ours only: the same global batch of 4 rows over FSDP ranks
         extra = (f"nproc_per_node: {args.ranks}\nfsdp_config: {{dp_shard_size: {args.ranks}}}\n"
                  f"per_device_train_batch_size: {4 // args.ranks}\ngradient_accumulation_steps: 1\n")
+    if args.checkpointing:  # LlamaFactory's default; ours is off unless asked for
+        extra += "gradient_checkpointing: true\n"
     if args.bf16:  # transformers refuses bf16 on a machine without a GPU unless told to use the CPU
         extra += "use_cpu: true\n"
     yaml_path = render_yaml(os.path.join(args.work, args.name + ".yaml"), args.model, args.data, out, args.steps, args.bf16)
@@ -127,6 +129,7 @@ def main():
     parser.add_argument("--trainer", choices=["llamafactory", "hyperparallel"])
     parser.add_argument("--ranks", type=int, default=1)
     parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--checkpointing", action="store_true")
     parser.add_argument("--model", required=True)
     parser.add_argument("--data", required=True)
     parser.add_argument("--work", required=True)
@@ -137,27 +140,31 @@ def main():
     parser.add_argument("--llamafactory-cli", required=True)
     # bf16 (lf_bf16, hp_bf16) is opt-in: on a CPU without AVX512_BF16 LibTorch's bf16 GEMMs
     # run at 0.3-12 GFLOP/s against fp32's 45-60 (docs/benchmarks.md), a step takes minutes.
-    parser.add_argument("--modes", default="lf_fp32,hp_fp32,hp_fp32_fsdp2,hp_fp32_fsdp4")
+    # hp_fp32_gc: ours with gradient_checkpointing: true, which LlamaFactory does by default (its
+    # disable_gradient_checkpointing: false): the same recompute on both sides.
+    parser.add_argument("--modes", default="lf_fp32,hp_fp32,hp_fp32_gc,hp_fp32_fsdp2,hp_fp32_fsdp4")
     args = parser.parse_args()
     if args.measure_once:
         measure_once(args)
         return
     os.makedirs(args.work, exist_ok=True)
     modes = {
-        "lf_fp32": ("llamafactory", 1, False), "hp_fp32": ("hyperparallel", 1, False),
-        "hp_fp32_fsdp2": ("hyperparallel", 2, False), "hp_fp32_fsdp4": ("hyperparallel", 4, False),
-        "lf_bf16": ("llamafactory", 1, True), "hp_bf16": ("hyperparallel", 1, True),
+        "lf_fp32": ("llamafactory", 1, False, False), "hp_fp32": ("hyperparallel", 1, False, False),
+        "hp_fp32_gc": ("hyperparallel", 1, False, True),
+        "hp_fp32_fsdp2": ("hyperparallel", 2, False, False), "hp_fp32_fsdp4": ("hyperparallel", 4, False, False),
+        "lf_bf16": ("llamafactory", 1, True, False), "hp_bf16": ("hyperparallel", 1, True, False),
     }
     chosen = args.modes.split(",")
     results = {m: [] for m in chosen}
     for round_ in range(1, args.rounds + 1):
         for mode in chosen:
-            trainer, ranks, bf16 = modes[mode]
+            trainer, ranks, bf16, checkpointing = modes[mode]
             threads = max(1, args.threads // ranks)
             command = [sys.executable, __file__, "--measure-once", "--name", mode, "--trainer", trainer, "--ranks", str(ranks),
                        "--model", args.model, "--data", args.data, "--work", args.work, "--steps", str(args.steps),
                        "--threads", str(threads), "--hyperparallel", args.hyperparallel,
-                       "--llamafactory-cli", args.llamafactory_cli] + (["--bf16"] if bf16 else [])
+                       "--llamafactory-cli", args.llamafactory_cli] + (["--bf16"] if bf16 else []) + \
+                      (["--checkpointing"] if checkpointing else [])
             line = subprocess.run(command, capture_output=True, text=True).stdout.strip().splitlines()
             r = json.loads(line[-1]) if line else {"exit": -1}
             results[mode].append(r)
@@ -183,7 +190,7 @@ def print_table(results, args):
         print(f"| {mode} | {median_of(runs, 'wall_s'):.1f} | {median_of(runs, 'step_s'):.2f} | "
               f"{median_of(runs, 'tokens_per_s'):.0f} | {median_of(runs, 'peak_rss_mib'):.0f} {per_rank} | "
               f"{median_of(runs, 'loss'):.4f} | {','.join(str(r.get('exit')) for r in runs)} |")
-    for ours, theirs in (("hp_fp32", "lf_fp32"), ("hp_bf16", "lf_bf16")):
+    for ours, theirs in (("hp_fp32", "lf_fp32"), ("hp_fp32_gc", "lf_fp32"), ("hp_bf16", "lf_bf16")):
         if ours in results and theirs in results:
             for key in ("peak_rss_mib", "wall_s", "step_s"):
                 a, b = median_of(results[ours], key), median_of(results[theirs], key)

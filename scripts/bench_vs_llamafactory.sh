@@ -8,7 +8,7 @@
 #    made by scripts/make_hf_fixtures.py --model-only in the project's environment;
 # 3. the data: scripts/make_chat_data.py (1000 chat conversations, a long-tailed length spread);
 # 4. benchmarks/llamafactory_bench.py: interleaved launches, the table and ratios.
-# Environment: STEPS (12), ROUNDS (2), MODES (lf_fp32,hp_fp32,hp_fp32_fsdp2,hp_fp32_fsdp4; add
+# Environment: STEPS (12), ROUNDS (2), MODES (lf_fp32,hp_fp32,hp_fp32_gc,hp_fp32_fsdp2,hp_fp32_fsdp4; hp_fp32_gc checkpoints activations as LlamaFactory does by default; add
 # lf_bf16,hp_bf16 on a CPU with AVX512_BF16), WORK (/tmp/hp_bench_lf).
 set -euo pipefail
 cd "$(dirname "$0")/.."
