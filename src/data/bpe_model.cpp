@@ -59,10 +59,11 @@ void BpeModel::encode(const std::string& piece, std::vector<int64_t>& out) const
     encode_uncached(piece, out);
     return;
   }
+  CacheShard& shard = cache_[std::hash<std::string>{}(piece) % kCacheShards];
   {
-    std::lock_guard<std::mutex> lock(cache_mutex_);
-    auto it = cache_.find(piece);
-    if (it != cache_.end()) {
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    auto it = shard.entries.find(piece);
+    if (it != shard.entries.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
@@ -70,9 +71,9 @@ void BpeModel::encode(const std::string& piece, std::vector<int64_t>& out) const
   std::vector<int64_t> ids;
   encode_uncached(piece, ids);
   out.insert(out.end(), ids.begin(), ids.end());
-  std::lock_guard<std::mutex> lock(cache_mutex_);
-  if (cache_.size() >= kCacheLimit) cache_.clear();
-  cache_.emplace(piece, std::move(ids));
+  std::lock_guard<std::mutex> lock(shard.mutex);
+  if (shard.entries.size() >= kCacheLimit / kCacheShards) shard.entries.clear();
+  shard.entries.emplace(piece, std::move(ids));
 }
 
 void BpeModel::encode_uncached(const std::string& piece, std::vector<int64_t>& out) const {

@@ -50,10 +50,16 @@ class BpeModel {
   std::optional<int64_t> unk_id_;
   int64_t byte_ids_[256];
 
-  static constexpr size_t kCacheLimit = 1 << 18;
+  static constexpr size_t kCacheLimit = 1 << 18;  // pre-tokens over all shards
   static constexpr size_t kMaxCachedBytes = 256;  // as the reference's word cache
-  mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
+  // The cache in shards by the pre-token's hash, each with its own lock, so threads that
+  // tokenize together (data/parallel_map.h) rarely wait for one another.
+  static constexpr size_t kCacheShards = 16;
+  struct CacheShard {
+    std::mutex mutex;
+    std::unordered_map<std::string, std::vector<int64_t>> entries;
+  };
+  mutable CacheShard cache_[kCacheShards];
 };
 
 }  // namespace hyperparallel::data

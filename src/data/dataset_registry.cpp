@@ -269,4 +269,26 @@ std::vector<TextSample> load_text_dataset_file(const DatasetFile& file, const Sf
                                 });
 }
 
+std::vector<std::string> dataset_source_files(const std::string& names, const std::string& dataset_dir, const DatasetFile* file,
+                                              bool text) {
+  const Reader reader = text ? Reader::kPretrain : Reader::kSft;
+  std::vector<std::string> files;
+  if (!names.empty()) {
+    const fs::path dir(dataset_dir);
+    const fs::path info_path = dir / "dataset_info.json";
+    const Json info = read_dataset_info(info_path);
+    if (info.is_object()) files.push_back(info_path.string());
+    for (const std::string& name : split_names(names)) {
+      if (!(info.is_object() && info.contains(name))) continue;  // built in (or unknown: loading names it)
+      const auto entry_files = resolve_entry(name, info[name], dir, {}, reader).files;
+      files.insert(files.end(), entry_files.begin(), entry_files.end());
+    }
+  }
+  if (file) {
+    const auto file_files = resolve_file(*file, {}, reader).files;
+    files.insert(files.end(), file_files.begin(), file_files.end());
+  }
+  return files;
+}
+
 }  // namespace hyperparallel::data

@@ -2,6 +2,7 @@
 #include "hyperparallel/data/pretrain_samples.h"
 
 #include "hyperparallel/platform/user_error.h"
+#include "parallel_map.h"
 
 namespace hyperparallel::data {
 namespace {
@@ -68,8 +69,12 @@ std::vector<TrainingRow> build_pretrain_rows(const Tokenizer& tokenizer, const s
   const int64_t bos_id = bos ? token_id(tokenizer, options.bos_token, "bos") : 0;
   std::vector<TrainingRow> rows;
   if (!options.packing) {
-    for (const TextSample& t : texts) {
-      std::vector<int64_t> ids = tokenizer.encode(options.bos_token + t.text + options.eos_token);
+    auto encoded = parallel_map<std::vector<int64_t>>(texts.size(), options.threads, [&](size_t i) {
+      return tokenizer.encode(options.bos_token + texts[i].text + options.eos_token);
+    });
+    for (size_t k = 0; k < texts.size(); ++k) {
+      const TextSample& t = texts[k];
+      std::vector<int64_t> ids = std::move(encoded[k]);
       if (static_cast<int64_t>(ids.size()) > cutoff) {
         ids.resize(static_cast<size_t>(cutoff));
         if (report) ++report->truncated;
@@ -83,13 +88,16 @@ std::vector<TrainingRow> build_pretrain_rows(const Tokenizer& tokenizer, const s
     if (rows.empty()) throw UserError("stage pt: no text gives a row of 2 or more tokens; the datasets hold only empty texts");
     return rows;
   }
-  // The concatenation of all encoded texts, cut as it grows: only one block is held at a time.
+  // The concatenation of all encoded texts, cut into blocks in order.
   std::vector<int64_t> block;
   block.reserve(static_cast<size_t>(cutoff));
   int64_t total = 0;
   std::string tail_from;  // the text the unfinished block starts in
-  for (const TextSample& t : texts) {
-    const std::vector<int64_t> ids = tokenizer.encode(t.text + options.eos_token);
+  auto encoded = parallel_map<std::vector<int64_t>>(texts.size(), options.threads,
+                                                     [&](size_t i) { return tokenizer.encode(texts[i].text + options.eos_token); });
+  for (size_t k = 0; k < texts.size(); ++k) {
+    const TextSample& t = texts[k];
+    const std::vector<int64_t> ids = std::move(encoded[k]);
     total += static_cast<int64_t>(ids.size());
     size_t i = 0;
     while (i < ids.size()) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "hyperparallel/platform/user_error.h"
+#include "parallel_map.h"
 
 namespace hyperparallel::data {
 namespace {
@@ -54,23 +55,29 @@ std::vector<TrainingRow> build_sft_rows(const Tokenizer& tokenizer, const ChatTe
                                         const std::vector<Conversation>& conversations, const SampleOptions& options,
                                         SampleReport* report) {
   if (options.cutoff_len < 2) throw UserError("cutoff_len must be at least 2, got " + std::to_string(options.cutoff_len));
-  std::vector<TrainingRow> rows;
-  rows.reserve(conversations.size());
-  SampleOptions with_tools = options;
-  for (const Conversation& c : conversations) {
+  // Each conversation on its own (in parallel), then the rows and the report in order.
+  std::vector<TrainingRow> all = parallel_map<TrainingRow>(conversations.size(), options.threads, [&](size_t i) {
+    const Conversation& c = conversations[i];
+    SampleOptions with_tools = options;
     with_tools.render.tools = c.tools;
-    TrainingRow row;
     try {
-      row = tokenize_conversation(tokenizer, chat_template, c.messages, with_tools);
+      return tokenize_conversation(tokenizer, chat_template, c.messages, with_tools);
     } catch (const UserError& e) {
       throw UserError(c.source + ": " + e.what());
     }
+  });
+  std::vector<TrainingRow> rows;
+  rows.reserve(all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    TrainingRow& row = all[i];
     if (static_cast<int64_t>(row.input_ids.size()) > options.cutoff_len) {
       for (auto* v : {&row.input_ids, &row.labels, &row.position_ids}) v->resize(options.cutoff_len);
       if (report) ++report->truncated;
     }
     if (std::all_of(row.labels.begin(), row.labels.end(), [](int64_t l) { return l == kIgnoreLabel; })) {
-      if (report) report->dropped.push_back(c.source + ": no response tokens within cutoff_len " + std::to_string(options.cutoff_len));
+      if (report) {
+        report->dropped.push_back(conversations[i].source + ": no response tokens within cutoff_len " + std::to_string(options.cutoff_len));
+      }
       continue;
     }
     rows.push_back(std::move(row));

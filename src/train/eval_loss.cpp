@@ -10,22 +10,24 @@
 
 namespace hyperparallel::train {
 
-double evaluate_loss(models::CausalLM& model, const std::vector<data::TrainingRow>& rows, int64_t pad_id, const EvalShare& share,
+double evaluate_loss(models::CausalLM& model, const data::TokenRows& rows, int64_t pad_id, const EvalShare& share,
                      comm::Communicator& world, std::vector<fsdp::FSDPModule>& units, PipelineTraining* pipeline) {
   at::NoGradGuard no_grad;
-  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t n = rows.size();
   const int64_t per_pass = share.dp * share.rows_per_micro_batch;
   const int64_t passes = (n + per_pass - 1) / per_pass;
-  data::TrainingRow silent = rows.empty() ? data::TrainingRow{} : rows[0];
+  data::TrainingRow silent = rows.empty() ? data::TrainingRow{} : rows.row(0);
   std::fill(silent.labels.begin(), silent.labels.end(), data::kIgnoreLabel);
   double loss_sum = 0, tokens = 0;
   std::vector<models::CausalLMInput> staged;  // under pipeline parallelism: all passes, then through the stages
   for (int64_t p = 0; p < passes; ++p) {
-    std::vector<const data::TrainingRow*> mine;
+    std::vector<data::TrainingRow> held;
     for (int64_t k = 0; k < share.rows_per_micro_batch; ++k) {
       const int64_t r = p * per_pass + share.dp_rank * share.rows_per_micro_batch + k;
-      if (r < n) mine.push_back(&rows[r]);
+      if (r < n) held.push_back(rows.row(r));
     }
+    std::vector<const data::TrainingRow*> mine;
+    for (const auto& row : held) mine.push_back(&row);
     if (mine.empty()) mine.push_back(&silent);
     const models::CausalLMInput in = model_input(data::collate_rows(mine, pad_id), share.cp, share.cp_rank);
     if (pipeline) {

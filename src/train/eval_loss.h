@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "hyperparallel/comm/communicator.h"
-#include "hyperparallel/data/sft_samples.h"
+#include "hyperparallel/data/token_rows.h"
 #include "hyperparallel/fsdp/fully_shard.h"
 #include "hyperparallel/models/causal_lm.h"
 
@@ -32,7 +32,7 @@ class PipelineTraining;  // pipeline_training.h
 
 // Collective over `world`; every rank passes the same rows. With `pipeline` the passes go
 // through the pipeline's stages (forwards only).
-double evaluate_loss(models::CausalLM& model, const std::vector<data::TrainingRow>& rows, int64_t pad_id, const EvalShare& share,
+double evaluate_loss(models::CausalLM& model, const data::TokenRows& rows, int64_t pad_id, const EvalShare& share,
                      comm::Communicator& world, std::vector<fsdp::FSDPModule>& units, PipelineTraining* pipeline = nullptr);
 
 }  // namespace hyperparallel::train

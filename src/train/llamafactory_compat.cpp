@@ -70,9 +70,8 @@ std::vector<ForeignKey> build_table() {
   // --- data arguments ----------------------------------------------------------------
   ignored({"preprocessing_batch_size", "data_shared_file_system", "ignore_pad_token_for_loss", "eval_num_beams",
            "eval_on_each_dataset", "buffer_size", "interleave_probs"},
-          "no effect here: datasets are tokenized in memory at the start, padding never takes a loss");
+          "no effect here: datasets are read whole and tokenized in threads (preprocessing_num_workers), padding never takes a loss");
   refused({"streaming"}, "datasets are read whole; remove streaming (max_samples limits how much is read)");
-  refused({"tokenized_path"}, "a tokenized cache is not supported; each run tokenizes its data (remove the key)");
   // --- finetuning arguments ----------------------------------------------------------
   ignored({"lora_alpha", "lora_dropout", "lora_rank", "lora_target", "loraplus_lr_ratio", "loraplus_lr_embedding",
            "use_rslora", "use_dora", "pissa_init", "pissa_iter", "pissa_convert", "create_new_adapter", "additional_target",

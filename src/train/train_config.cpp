@@ -157,9 +157,9 @@ void check_combinations(const TrainConfig& c) {
   require(!c.fp16, "fp16: true is not supported: CPU kernels have no fast float16 matmul and float16 training needs loss scaling; use bf16: true (same memory, fp32's range)");
   check_dataset_file(c.dataset_file, c.stage);
   if (c.do_train) {
-    require(!c.dataset.empty() || !c.dataset_file.path.empty(),
+    require(!c.dataset.empty() || !c.dataset_file.path.empty() || !c.tokenized_path.empty(),
             "dataset is required to train: names from dataset_dir/dataset_info.json or a built-in one (synthetic_reverse, "
-            "synthetic_addition), or a file by its path (dataset_file.path)");
+            "synthetic_addition), a file by its path (dataset_file.path), or tokenized rows saved before (tokenized_path)");
     require(c.stage == "pt" || !c.chat_template.empty(),
             "template is required for stage sft: default, llama2, llama3, qwen, qwen3 or qwen3_nothink");
   }

@@ -69,15 +69,17 @@ StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& g
   int64_t label_tokens = 0;
   for (int64_t r : global) {
     label_tokens += data.label_tokens[r];
-    outcome.input_tokens += static_cast<int64_t>(data.rows[r].input_ids.size());
+    outcome.input_tokens += data.rows.length(r);
   }
   const double denominator = static_cast<double>(std::max<int64_t>(1, label_tokens));
   const double aux_coef = s.model.config().router_aux_loss_coef;
   double local_loss_sum = 0, aux_sum = 0;  // aux_sum: global values (same on every rank), or this rank's own
   ep::take_expert_load(s.model);            // count this step's routed pairs only
   const auto micro_batch = [&](int64_t m) {
+    std::vector<data::TrainingRow> rows;
+    for (int64_t r : data::GlobalBatchSampler::rank_micro_batch(global, s.dp_rank, s.dp, m, s.accumulation)) rows.push_back(data.rows.row(r));
     std::vector<const data::TrainingRow*> mine;
-    for (int64_t r : data::GlobalBatchSampler::rank_micro_batch(global, s.dp_rank, s.dp, m, s.accumulation)) mine.push_back(&data.rows[r]);
+    for (const auto& row : rows) mine.push_back(&row);
     return model_input(data::collate_rows(mine, data.pad_id), s.cp, s.cp_rank);
   };
   if (s.pipeline) {

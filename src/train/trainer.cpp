@@ -244,8 +244,8 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
     pp::keep_stages(*model, pipeline_plan->split, layout.mesh.local_rank("pp"), layout.dims.pp);
   }
   const int64_t vocab = model->config().vocab_size;
-  for (const auto& row : data.rows) {
-    const int64_t top = *std::max_element(row.input_ids.begin(), row.input_ids.end());
+  for (const data::TokenRows* rows : {&data.rows, &data.eval_rows}) {
+    const int64_t top = rows->max_id();
     if (top >= vocab) {
       throw UserError("the tokenizer produced id " + std::to_string(top) + " but the model's vocab_size is " + std::to_string(vocab) +
                       "; use the model's own tokenizer (tokenizer: ...)");
@@ -339,6 +339,7 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
       log << "ignored (no effect here; docs/config.md):\n";
       for (const auto& [key, why] : c.ignored_keys) log << "  " << key << ": " << why << "\n";
     }
+    for (const auto& note : data.notes) log << note << "\n";
     if (layout.expert_mesh) {
       log << "experts: " << layout.expert_mesh->to_string() << ", " << model->config().num_experts / layout.dims.ep
           << " experts per rank in each MoE layer\n";
@@ -409,10 +410,8 @@ TrainResult run_training(const TrainConfig& requested, std::shared_ptr<comm::Com
   StepTrace step_trace(c.trace_steps, total_steps, units, comms);
 
   const double roofline_gflops = job_roofline_gflops(model->config(), *world);
-  int64_t row_tokens = 0;
-  for (const auto& row : data.rows) row_tokens += static_cast<int64_t>(row.input_ids.size());
-  const double flops_per_token =
-      training_flops_per_token(model->config(), static_cast<double>(row_tokens) / static_cast<double>(std::max<size_t>(1, data.rows.size())));
+  const double flops_per_token = training_flops_per_token(
+      model->config(), static_cast<double>(data.rows.total_tokens()) / static_cast<double>(std::max<int64_t>(1, data.rows.size())));
 
   TrainResult result;
   // The eval loss (eval_loss.h): logged as its own trainer_log line, HF's log_history entry

@@ -60,12 +60,14 @@ PlainRun plain_reference_run(const train::TrainConfig& c) {
   PlainRun run;
   const auto evaluate = [&](int64_t steps_done) {
     at::NoGradGuard no_grad;
-    std::vector<const data::TrainingRow*> rows;
+    std::vector<data::TrainingRow> held;
     double tokens = 0;
-    for (const auto& row : data.eval_rows) {
-      rows.push_back(&row);
-      tokens += static_cast<double>(data::label_tokens(row));
+    for (int64_t i = 0; i < data.eval_rows.size(); ++i) {
+      held.push_back(data.eval_rows.row(i));
+      tokens += static_cast<double>(data::label_tokens(held.back()));
     }
+    std::vector<const data::TrainingRow*> rows;
+    for (const auto& row : held) rows.push_back(&row);
     const models::CausalLMOutput out = model->forward(train::model_input(data::collate_rows(rows, data.pad_id)));
     run.eval_losses.emplace_back(steps_done, out.lm_loss_sum.item<double>() / tokens);
   };
@@ -73,12 +75,14 @@ PlainRun plain_reference_run(const train::TrainConfig& c) {
   if (c.eval_on_start) evaluate(0);
   data::SamplerPosition position;
   for (int64_t step = 0; step < c.max_steps; ++step) {
-    std::vector<const data::TrainingRow*> rows;
+    std::vector<data::TrainingRow> held;
     int64_t label_tokens = 0;
     for (int64_t r : sampler.global_batch_rows(position)) {
-      rows.push_back(&data.rows[r]);
-      label_tokens += data.label_tokens[r];
+      held.push_back(data.rows.row(r));
+      label_tokens += data::label_tokens(held.back());
     }
+    std::vector<const data::TrainingRow*> rows;
+    for (const auto& row : held) rows.push_back(&row);
     position = sampler.next(position);
     const models::CausalLMOutput out = model->forward(train::model_input(data::collate_rows(rows, data.pad_id)));
     // MoE: HF's load-balancing loss over the whole global batch (one forward here).

@@ -59,4 +59,11 @@ std::vector<Conversation> load_dataset_file(const DatasetFile& file, const SftLo
 std::vector<TextSample> load_text_dataset_file(const DatasetFile& file, const SftLoadOptions& options = {},
                                                SftLoadReport* report = nullptr);
 
+// The files the loaders above read for `names` (and `file`, when given), without reading
+// them: dataset_info.json when it exists, then each entry's files in order (built-in
+// datasets have none). `text`: as load_text_datasets resolves them. What a tokenized cache's
+// key hashes (src/train/tokenized_cache.h).
+std::vector<std::string> dataset_source_files(const std::string& names, const std::string& dataset_dir, const DatasetFile* file,
+                                              bool text);
+
 }  // namespace hyperparallel::data

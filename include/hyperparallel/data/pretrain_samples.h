@@ -36,6 +36,7 @@ struct PretrainOptions {
   bool packing = true;
   std::string eos_token;  // appended to every text (pretrain_eos_token); must be a token
   std::string bos_token;  // "" for none (pretrain_bos_token)
+  int threads = 1;        // texts encoded in parallel; the rows do not depend on it
 };
 
 // The token ending every text for `template_name` ("" = none): see above. UserError when the

@@ -41,6 +41,7 @@ struct SampleOptions {
   bool train_on_prompt = false;
   bool mask_history = false;  // labels on the last assistant response only (LlamaFactory's mask_history)
   ChatRenderOptions render;  // e.g. enable_thinking
+  int threads = 1;           // conversations tokenized in parallel; the rows do not depend on it
 };
 
 struct SampleReport {

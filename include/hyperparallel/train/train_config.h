@@ -115,6 +115,10 @@ struct TrainConfig {
   std::optional<std::string> tool_format;     // null: the template's own (data/tool_calls.h)
   bool enable_thinking = true;
   std::string bad_records = "stop";  // stop | skip
+  std::string tokenized_path;        // LlamaFactory's: read tokenized rows from there, or save them there
+  std::string tokenized_cache_dir;   // "": $XDG_CACHE_HOME/hyperparallel/tokenized; "none": no cache
+  bool overwrite_cache = false;      // tokenize again, replacing the cached rows
+  std::optional<int64_t> preprocessing_num_workers;  // tokenizing threads; null: every usable core
   int64_t heldout_eval_samples = 0;
   // evaluation loss (train/eval_loss.h)
   bool do_eval = false;                 // evaluate after the last step (set by eval_strategy too)
@@ -163,8 +167,6 @@ struct TrainConfig {
   double comm_timeout_s = 300;
   double heartbeat_timeout_s = 30;  // 0 = no watchdog
   // LlamaFactory keys accepted for compatibility (ddp_timeout sets comm_timeout_s).
-  bool overwrite_cache = false;
-  std::optional<int64_t> preprocessing_num_workers;
   std::vector<std::string> report_to;  // trackers asked for: tensorboard is written, the others listed as ignored
   std::string logging_dir;             // TensorBoard files; "": output_dir/runs/<date>_<host>
   bool trust_remote_code = false;
