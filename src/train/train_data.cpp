@@ -1,6 +1,7 @@
 // The trainer's data pipeline. See train_data.h.
 #include "train_data.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -199,6 +200,7 @@ data::TokenRows dataset_rows(const TrainConfig& config, const std::string& datas
     rows = std::move(saved.rows);
   }
   add_report(rows, path.empty() ? name + " rows" : path, out, count);
+  ::malloc_trim(0);  // the records and the wide rows of tokenizing are freed: give their pages back
   return rows;
 }
 
