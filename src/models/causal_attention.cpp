@@ -96,13 +96,6 @@ at::Tensor wide_blocks(const at::Tensor& mask, const Geometry& g) {
 // The group's items of a [B, KV, n, D] operand as [count, n, D] (a view).
 at::Tensor group_items(const at::Tensor& t, const ItemGroup& group) { return t.flatten(0, 1).narrow(0, group.first, group.count); }
 
-// The tile's [count, rows, keys] probabilities inside the group's [count, rows, keys] block of
-// `probs`: packed from the tile's first row, so tiles never overlap.
-at::Tensor tile_probs(const at::Tensor& probs, const Geometry& g, const ItemGroup& group, const Tile& t) {
-  const int64_t offset = (group.first * g.rows + group.count * t.row0) * g.keys;
-  return probs.view(-1).narrow(0, offset, group.count * t.rows * t.keys).view({group.count, t.rows, t.keys});
-}
-
 at::Tensor scratch_tile(const at::Tensor& scratch, const ItemGroup& group, const Tile& t) {
   return scratch.narrow(0, 0, group.count * t.rows * t.keys).view({group.count, t.rows, t.keys});
 }
@@ -143,19 +136,37 @@ struct MaskRows {
   }
 };
 
+// Each row's softmax stats (max, 1 / sum), [B, KV, rows, 2] fp32: what the forward keeps for
+// the backward instead of the probabilities (16 MiB a layer for 2 x 512 tokens of 8 x 64
+// heads in fp32, against 64 KiB), which then recomputes them tile by tile bit for bit.
+struct RowStats {
+  float* data;  // null: not kept
+  int64_t rows_per_item;
+  float* at(const ItemGroup& group, int64_t item, int64_t row) const {
+    return data ? data + ((group.first + item) * rows_per_item + row) * 2 : nullptr;
+  }
+};
+
 // p = softmax(s · scale + mask) over a group tile's rows, split over the threads; s and p are
 // [count, rows, keys], fp32 or bf16 (then each row is widened into fp32 in cache and the
-// probabilities rounded once).
-void softmax_tile(const at::Tensor& s, const at::Tensor& p, const ItemGroup& group, const Tile& t, float scale, const MaskRows& mask) {
+// probabilities rounded once). `stats` get each row's stats, or with `from_stats` give them
+// (the backward's recomputation: the forward's probabilities, bit for bit).
+void softmax_tile(const at::Tensor& s, const at::Tensor& p, const ItemGroup& group, const Tile& t, float scale, const MaskRows& mask,
+                  const RowStats& stats, bool from_stats) {
   const int64_t per_position = t.rows / t.positions;
   const bool fp32 = s.scalar_type() == at::kFloat;
   for_each_row_range(t, group, [&](int64_t item, int64_t row, int64_t rows, int64_t position) {
     const float* m = mask.row(group, item, t.pos0 + position);
     const int64_t at = (item * t.rows + row) * t.keys;
-    if (fp32) {
-      scaled_masked_softmax(s.data_ptr<float>() + at, rows, t.keys, scale, m, mask.keys, per_position, p.data_ptr<float>() + at);
+    float* st = stats.at(group, item, t.row0 + row);
+    if (fp32 && from_stats) {
+      scaled_masked_softmax_from_stats(s.data_ptr<float>() + at, rows, t.keys, scale, m, mask.keys, per_position, st, p.data_ptr<float>() + at);
+    } else if (fp32) {
+      scaled_masked_softmax(s.data_ptr<float>() + at, rows, t.keys, scale, m, mask.keys, per_position, p.data_ptr<float>() + at, st);
+    } else if (from_stats) {
+      scaled_masked_softmax_from_stats_bf16(bf16_bits(s) + at, rows, t.keys, scale, m, mask.keys, per_position, st, bf16_bits(p) + at);
     } else {
-      scaled_masked_softmax_bf16(bf16_bits(s) + at, rows, t.keys, scale, m, mask.keys, per_position, bf16_bits(p) + at);
+      scaled_masked_softmax_bf16(bf16_bits(s) + at, rows, t.keys, scale, m, mask.keys, per_position, bf16_bits(p) + at, st);
     }
   });
 }
@@ -190,39 +201,46 @@ void accumulate_product(at::Tensor acc, const at::Tensor& a, const at::Tensor& b
   acc.add_(product);
 }
 
-// out = softmax(q kᵀ · scale + mask) v per tile; the probabilities go to `probs` when defined
-// (else they overwrite the scores in place). `mask` is contiguous.
+// out = softmax(q kᵀ · scale + mask) v per tile, the probabilities in place of the scores;
+// each row's softmax stats go to `stats` when defined. `mask` is contiguous.
 at::Tensor attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scaling,
-                             const Geometry& g, const at::Tensor& wide, const at::Tensor& probs) {
+                             const Geometry& g, const at::Tensor& wide, const at::Tensor& stats) {
   at::Tensor out = at::empty_like(q);
   const MaskRows mask_rows{mask.data_ptr<float>(), mask.size(0) == 1 ? 0 : g.seq * g.keys, g.kv_heads, g.keys};
+  const RowStats row_stats{stats.defined() ? stats.data_ptr<float>() : nullptr, g.rows};
   const at::Tensor scores = at::empty({max_tile_size(g)}, q.options());
   for_each_group(g, [&](const ItemGroup& group) {
     const at::Tensor Q = group_items(q, group), K = group_items(k, group), V = group_items(v, group), O = group_items(out, group);
     for_each_tile(g, wide.data_ptr<bool>(), group, [&](const Tile& t) {
       const at::Tensor s = scratch_tile(scores, group, t);
       items_mm(s, Q.narrow(1, t.row0, t.rows), K.narrow(1, 0, t.keys).transpose(1, 2));
-      const at::Tensor p = probs.defined() ? tile_probs(probs, g, group, t) : s;
-      softmax_tile(s, p, group, t, static_cast<float>(scaling), mask_rows);
-      items_mm(O.narrow(1, t.row0, t.rows), p, V.narrow(1, 0, t.keys));
+      softmax_tile(s, s, group, t, static_cast<float>(scaling), mask_rows, row_stats, false);
+      items_mm(O.narrow(1, t.row0, t.rows), s, V.narrow(1, 0, t.keys));
     });
   });
   return out;
 }
 
-// The eager core's backward, tile by tile: dV += pᵀ dO, dS = softmax'(dO vᵀ) · scale,
-// dQ = dS k, dK += dSᵀ q; dK and dV add up in fp32.
-variable_list attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& probs,
-                                 const at::Tensor& grad_out, double scaling, const Geometry& g, const at::Tensor& wide) {
+// The eager core's backward, tile by tile: p again from q kᵀ and the forward's row stats (the
+// same GEMM and the same row function: the same bits), dV += pᵀ dO, dS = softmax'(dO vᵀ) ·
+// scale, dQ = dS k, dK += dSᵀ q; dK and dV add up in fp32.
+variable_list attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                                 const at::Tensor& stats, const at::Tensor& grad_out, double scaling, const Geometry& g,
+                                 const at::Tensor& wide) {
   const at::TensorOptions fp32 = k.options().dtype(at::kFloat);
   at::Tensor dq = at::empty_like(q), dk = at::zeros(k.sizes(), fp32), dv = at::zeros(v.sizes(), fp32);
-  const at::Tensor buffer = at::empty({max_tile_size(g)}, q.options());
+  const MaskRows mask_rows{mask.data_ptr<float>(), mask.size(0) == 1 ? 0 : g.seq * g.keys, g.kv_heads, g.keys};
+  const RowStats row_stats{stats.data_ptr<float>(), g.rows};
+  const at::Tensor probs = at::empty({max_tile_size(g)}, q.options()), buffer = at::empty({max_tile_size(g)}, q.options());
   const at::Tensor product = at::empty({g.group_items * g.keys * g.dim}, q.options());  // the tile's dK or dV terms, for bf16
   for_each_group(g, [&](const ItemGroup& group) {
     const at::Tensor Q = group_items(q, group), K = group_items(k, group), V = group_items(v, group), dO = group_items(grad_out, group);
     const at::Tensor dQ = group_items(dq, group), dK = group_items(dk, group), dV = group_items(dv, group);
     for_each_tile(g, wide.data_ptr<bool>(), group, [&](const Tile& t) {
-      const at::Tensor p = tile_probs(probs, g, group, t), dOt = dO.narrow(1, t.row0, t.rows), Qt = Q.narrow(1, t.row0, t.rows);
+      const at::Tensor dOt = dO.narrow(1, t.row0, t.rows), Qt = Q.narrow(1, t.row0, t.rows);
+      const at::Tensor p = scratch_tile(probs, group, t);
+      items_mm(p, Qt, K.narrow(1, 0, t.keys).transpose(1, 2));
+      softmax_tile(p, p, group, t, static_cast<float>(scaling), mask_rows, row_stats, true);
       accumulate_product(dV.narrow(1, 0, t.keys), p.transpose(1, 2), dOt, product);
       const at::Tensor ds = scratch_tile(buffer, group, t);  // dP, then dS in place
       items_mm(ds, dOt, V.narrow(1, 0, t.keys).transpose(1, 2));
@@ -261,9 +279,9 @@ struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFuncti
     const Geometry g = geometry(q, k, mask.size(2));
     check_operands(q, k, v, m, g);
     const at::Tensor wide = wide_blocks(m, g);
-    const at::Tensor probs = at::empty({g.batch, g.kv_heads, g.rows, g.keys}, q.options());
-    at::Tensor out = attention_forward(q, k, v, m, scaling, g, wide, probs);
-    ctx->save_for_backward({q, k, v, probs});
+    const at::Tensor stats = at::empty({g.batch, g.kv_heads, g.rows, 2}, q.options().dtype(at::kFloat));
+    at::Tensor out = attention_forward(q, k, v, m, scaling, g, wide, stats);
+    ctx->save_for_backward({q, k, v, mask, stats});  // the caller's mask: usually one tensor for every layer
     ctx->saved_data["wide"] = wide;
     ctx->saved_data["scaling"] = scaling;
     ctx->saved_data["seq"] = mask.size(2);
@@ -273,7 +291,7 @@ struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFuncti
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const Geometry g = geometry(saved[0], saved[1], ctx->saved_data["seq"].toInt());
-    variable_list result = attention_backward(saved[0], saved[1], saved[2], saved[3], grads[0].contiguous(),
+    variable_list result = attention_backward(saved[0], saved[1], saved[2], fp32_mask(saved[3]), saved[4], grads[0].contiguous(),
                                               ctx->saved_data["scaling"].toDouble(), g, ctx->saved_data["wide"].toTensor());
     result.resize(5);  // no gradient for the mask or the scale
     return result;

@@ -16,8 +16,10 @@ namespace {
 
 using vector_lanes::Lanes;
 
+// stats (may be null) gets the row's maximum and 1 / Σ e^{x - max}: what
+// softmax_row_from_stats needs to write the same probabilities again.
 template <int kLanes>
-HP_INLINE void softmax_row(const float* s, const float* m, int64_t d, float scale, float* p) {
+HP_INLINE void softmax_row(const float* s, const float* m, int64_t d, float scale, float* p, float* stats) {
   using L = Lanes<kLanes>;
   using Floats = typename L::Floats;
   const int64_t body = d - d % kLanes, tail = d - body;
@@ -47,6 +49,27 @@ HP_INLINE void softmax_row(const float* s, const float* m, int64_t d, float scal
   const float inverse = 1.0f / L::sum_of(sum);
   for (int64_t j = 0; j < body; j += kLanes) L::store(p + j, L::load(p + j) * inverse);
   if (tail) L::store_tail(p + body, tail, e_tail * inverse);
+  if (stats) {
+    stats[0] = row_max;
+    stats[1] = inverse;
+  }
+}
+
+// softmax_row's probabilities from its stats: the same operations on the same values, so
+// the same bits.
+template <int kLanes>
+HP_INLINE void softmax_row_from_stats(const float* s, const float* m, int64_t d, float scale, const float* stats, float* p) {
+  using L = Lanes<kLanes>;
+  const int64_t body = d - d % kLanes, tail = d - body;
+  const float row_max = stats[0], inverse = stats[1];
+  for (int64_t j = 0; j < body; j += kLanes) {
+    const typename L::Floats x = L::load(s + j) * scale + L::load(m + j);
+    L::store(p + j, L::exp_nonpositive(x - row_max) * inverse);
+  }
+  if (tail) {
+    const typename L::Floats x = L::load_tail(s + body, tail, 0.0f) * scale + L::load_tail(m + body, tail, -INFINITY);
+    L::store_tail(p + body, tail, L::exp_nonpositive(x - row_max) * inverse);
+  }
 }
 
 template <int kLanes>
@@ -91,6 +114,8 @@ HP_INLINE void store_result(const float* result, int64_t d, uint16_t* out) {
 }
 
 // The row kernels as functors for vector_lanes::run_widest: run<kLanes>() walks the rows.
+// SoftmaxRows writes each row's stats when `stats` is given; with `from_stats` it reads them
+// instead (softmax_row_from_stats).
 template <typename T>
 struct SoftmaxRows {
   const T* scores;
@@ -99,12 +124,20 @@ struct SoftmaxRows {
   const float* mask;
   int64_t mask_stride, rows_per_mask_row;
   T* probs;
+  float* stats;
+  bool from_stats;
   float* scratch;  // keys floats, for bf16
   template <int kLanes>
   HP_INLINE void run() const {
     for (int64_t r = 0; r < rows; ++r) {
       float* result = fp32_result(probs + r * keys, scratch);
-      softmax_row<kLanes>(widened<kLanes>(scores + r * keys, keys, scratch), mask + (r / rows_per_mask_row) * mask_stride, keys, scale, result);
+      const float* s = widened<kLanes>(scores + r * keys, keys, scratch);
+      const float* m = mask + (r / rows_per_mask_row) * mask_stride;
+      if (from_stats) {
+        softmax_row_from_stats<kLanes>(s, m, keys, scale, stats + 2 * r, result);
+      } else {
+        softmax_row<kLanes>(s, m, keys, scale, result, stats ? stats + 2 * r : nullptr);
+      }
       store_result<kLanes>(result, keys, probs + r * keys);
     }
   }
@@ -195,8 +228,15 @@ std::vector<int> softmax_row_widths() {
 }
 
 void scaled_masked_softmax(const float* scores, int64_t rows, int64_t keys, float scale, const float* mask, int64_t mask_stride,
-                           int64_t rows_per_mask_row, float* probs, int lanes) {
-  vector_lanes::run_widest(lanes, SoftmaxRows<float>{scores, rows, keys, scale, mask, mask_stride, rows_per_mask_row, probs, nullptr});
+                           int64_t rows_per_mask_row, float* probs, float* row_stats, int lanes) {
+  vector_lanes::run_widest(
+      lanes, SoftmaxRows<float>{scores, rows, keys, scale, mask, mask_stride, rows_per_mask_row, probs, row_stats, false, nullptr});
+}
+
+void scaled_masked_softmax_from_stats(const float* scores, int64_t rows, int64_t keys, float scale, const float* mask,
+                                      int64_t mask_stride, int64_t rows_per_mask_row, const float* row_stats, float* probs, int lanes) {
+  vector_lanes::run_widest(lanes, SoftmaxRows<float>{scores, rows, keys, scale, mask, mask_stride, rows_per_mask_row, probs,
+                                                     const_cast<float*>(row_stats), true, nullptr});
 }
 
 void scaled_softmax_backward(const float* probs, const float* grad_probs, int64_t rows, int64_t keys, float scale, float* grad_scores,
@@ -205,9 +245,18 @@ void scaled_softmax_backward(const float* probs, const float* grad_probs, int64_
 }
 
 void scaled_masked_softmax_bf16(const uint16_t* scores, int64_t rows, int64_t keys, float scale, const float* mask, int64_t mask_stride,
-                                int64_t rows_per_mask_row, uint16_t* probs, int lanes) {
+                                int64_t rows_per_mask_row, uint16_t* probs, float* row_stats, int lanes) {
   std::vector<float> scratch(static_cast<size_t>(keys));
-  vector_lanes::run_widest(lanes, SoftmaxRows<uint16_t>{scores, rows, keys, scale, mask, mask_stride, rows_per_mask_row, probs, scratch.data()});
+  vector_lanes::run_widest(lanes, SoftmaxRows<uint16_t>{scores, rows, keys, scale, mask, mask_stride, rows_per_mask_row, probs,
+                                                        row_stats, false, scratch.data()});
+}
+
+void scaled_masked_softmax_from_stats_bf16(const uint16_t* scores, int64_t rows, int64_t keys, float scale, const float* mask,
+                                           int64_t mask_stride, int64_t rows_per_mask_row, const float* row_stats, uint16_t* probs,
+                                           int lanes) {
+  std::vector<float> scratch(static_cast<size_t>(keys));
+  vector_lanes::run_widest(lanes, SoftmaxRows<uint16_t>{scores, rows, keys, scale, mask, mask_stride, rows_per_mask_row, probs,
+                                                        const_cast<float*>(row_stats), true, scratch.data()});
 }
 
 void scaled_softmax_backward_bf16(const uint16_t* probs, const uint16_t* grad_probs, int64_t rows, int64_t keys, float scale,

@@ -28,8 +28,16 @@ std::vector<int> softmax_row_widths();
 
 // probs[r, :] = softmax(scores[r, :] * scale + mask[r / rows_per_mask_row, :]) for a
 // contiguous [rows, keys] tile; mask rows are `mask_stride` apart. probs may alias scores.
+// row_stats (may be null) gets [rows, 2]: each row's maximum and 1 / its sum of exponentials.
 void scaled_masked_softmax(const float* scores, int64_t rows, int64_t keys, float scale, const float* mask, int64_t mask_stride,
-                           int64_t rows_per_mask_row, float* probs, int lanes = 0);
+                           int64_t rows_per_mask_row, float* probs, float* row_stats, int lanes = 0);
+
+// The probabilities scaled_masked_softmax wrote for these scores, bit for bit, from the
+// row_stats it kept: one pass, no reductions (the attention backward recomputes them instead
+// of keeping them).
+void scaled_masked_softmax_from_stats(const float* scores, int64_t rows, int64_t keys, float scale, const float* mask,
+                                      int64_t mask_stride, int64_t rows_per_mask_row, const float* row_stats, float* probs,
+                                      int lanes = 0);
 
 // grad_scores = probs ∘ (grad_probs − Σ_k probs ∘ grad_probs) · scale per row: the gradient
 // of the scores before `scale` (softmax's backward, then the scale's). grad_scores may alias
@@ -40,7 +48,10 @@ void scaled_softmax_backward(const float* probs, const float* grad_probs, int64_
 // The same two over bf16 tiles (their raw 16 bits; the mask stays fp32): each row widened into
 // fp32 in cache, the fp32 row function, the result rounded to bf16 once.
 void scaled_masked_softmax_bf16(const uint16_t* scores, int64_t rows, int64_t keys, float scale, const float* mask, int64_t mask_stride,
-                                int64_t rows_per_mask_row, uint16_t* probs, int lanes = 0);
+                                int64_t rows_per_mask_row, uint16_t* probs, float* row_stats, int lanes = 0);
+void scaled_masked_softmax_from_stats_bf16(const uint16_t* scores, int64_t rows, int64_t keys, float scale, const float* mask,
+                                           int64_t mask_stride, int64_t rows_per_mask_row, const float* row_stats, uint16_t* probs,
+                                           int lanes = 0);
 void scaled_softmax_backward_bf16(const uint16_t* probs, const uint16_t* grad_probs, int64_t rows, int64_t keys, float scale,
                                   uint16_t* grad_scores, int lanes = 0);
 

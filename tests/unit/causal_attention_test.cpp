@@ -11,6 +11,8 @@
 #include "models/causal_attention.h"
 #include "models/decoder.h"
 #include "models/softmax_rows.h"
+#include "hyperparallel/platform/host_allocator.h"
+#include "support/multiprocess.h"
 
 namespace hp = hyperparallel;
 
@@ -107,10 +109,15 @@ TEST(Models, SoftmaxRowsMatchAtenAtEveryWidth) {
       mask[1].fill_(lowest);
       const at::Tensor x = scores * 0.7f + mask.repeat_interleave(per_mask_row, 0);
       const at::Tensor expected = at::softmax(x, -1);
-      at::Tensor probs = at::empty({rows, keys});
+      at::Tensor probs = at::empty({rows, keys}), stats = at::empty({rows, 2});
       hp::models::scaled_masked_softmax(scores.data_ptr<float>(), rows, keys, 0.7f, mask.data_ptr<float>(), keys, per_mask_row,
-                                        probs.data_ptr<float>(), lanes);
+                                        probs.data_ptr<float>(), stats.data_ptr<float>(), lanes);
       EXPECT_LE(max_abs(probs, expected), 1e-6);
+      // From the kept stats, the same probabilities bit for bit (the attention backward's recomputation).
+      at::Tensor again = at::empty({rows, keys});
+      hp::models::scaled_masked_softmax_from_stats(scores.data_ptr<float>(), rows, keys, 0.7f, mask.data_ptr<float>(), keys, per_mask_row,
+                                                   stats.data_ptr<float>(), again.data_ptr<float>(), lanes);
+      EXPECT_TRUE(again.equal(probs));
       const at::Tensor grad = at::randn({rows, keys});
       const at::Tensor expected_grad = at::_softmax_backward_data(grad, expected, -1, at::kFloat) * 0.7f;
       at::Tensor got = grad.clone();  // in place, as the kernel's backward runs it
@@ -120,9 +127,13 @@ TEST(Models, SoftmaxRowsMatchAtenAtEveryWidth) {
       const at::Tensor scores_b = scores.to(at::kBFloat16), grad_b = grad.to(at::kBFloat16);
       at::Tensor probs_b = at::empty({rows, keys}, at::kBFloat16), probs_w = scores_b.to(at::kFloat);
       hp::models::scaled_masked_softmax_bf16(bf16_bits(scores_b), rows, keys, 0.7f, mask.data_ptr<float>(), keys, per_mask_row,
-                                             bf16_bits(probs_b), lanes);
+                                             bf16_bits(probs_b), stats.data_ptr<float>(), lanes);
+      at::Tensor again_b = at::empty({rows, keys}, at::kBFloat16);
+      hp::models::scaled_masked_softmax_from_stats_bf16(bf16_bits(scores_b), rows, keys, 0.7f, mask.data_ptr<float>(), keys, per_mask_row,
+                                                        stats.data_ptr<float>(), bf16_bits(again_b), lanes);
+      EXPECT_TRUE(again_b.equal(probs_b));
       hp::models::scaled_masked_softmax(probs_w.data_ptr<float>(), rows, keys, 0.7f, mask.data_ptr<float>(), keys, per_mask_row,
-                                        probs_w.data_ptr<float>(), lanes);
+                                        probs_w.data_ptr<float>(), nullptr, lanes);
       EXPECT_TRUE(probs_b.equal(probs_w.to(at::kBFloat16)));
       at::Tensor grad_w = grad_b.to(at::kFloat), p_w = probs_b.to(at::kFloat);
       hp::models::scaled_softmax_backward_bf16(bf16_bits(probs_b), bf16_bits(grad_b), rows, keys, 0.7f, bf16_bits(grad_b), lanes);
@@ -240,13 +251,46 @@ TEST(Models, SoftmaxRowsKeepNaN) {
     scores[0][20] = std::numeric_limits<float>::quiet_NaN();
     const at::Tensor mask = at::zeros({2, 37});
     at::Tensor probs = at::empty({2, 37});
-    hp::models::scaled_masked_softmax(scores.data_ptr<float>(), 2, 37, 1.0f, mask.data_ptr<float>(), 37, 1, probs.data_ptr<float>(), lanes);
+    hp::models::scaled_masked_softmax(scores.data_ptr<float>(), 2, 37, 1.0f, mask.data_ptr<float>(), 37, 1, probs.data_ptr<float>(), nullptr,
+                                      lanes);
     EXPECT_TRUE(probs[0].isnan().all().item<bool>());
     EXPECT_FALSE(probs[1].isnan().any().item<bool>());
     const at::Tensor scores_b = scores.to(at::kBFloat16);  // and through the bf16 rows
     at::Tensor probs_b = at::empty({2, 37}, at::kBFloat16);
-    hp::models::scaled_masked_softmax_bf16(bf16_bits(scores_b), 2, 37, 1.0f, mask.data_ptr<float>(), 37, 1, bf16_bits(probs_b), lanes);
+    hp::models::scaled_masked_softmax_bf16(bf16_bits(scores_b), 2, 37, 1.0f, mask.data_ptr<float>(), 37, 1, bf16_bits(probs_b), nullptr,
+                                           lanes);
     EXPECT_TRUE(probs_b[0].isnan().all().item<bool>());
     EXPECT_FALSE(probs_b[1].isnan().any().item<bool>());
   }
+}
+
+// For backward the core keeps its inputs and each row's softmax stats, not the [B, KV, T*G, S]
+// probabilities (16 MiB here); its gradients still match the eager core's. Measured with the
+// caching host allocator's live bytes, in a process of its own.
+TEST(Models, AttentionBackwardRecomputesTheForwardProbabilitiesExactly) {
+  hp::testing::run_on_ranks(1, [](hp::testing::RankContext&) {
+    hp::platform::CachingHostAllocator::install(1ull << 30);
+    at::manual_seed(3);
+    const int64_t batch = 2, kv = 4, groups = 2, seq = 512, dim = 64;
+    const at::Tensor q = at::randn({batch, kv, seq * groups, dim}).requires_grad_(true);
+    const at::Tensor k = at::randn({batch, kv, seq, dim}).requires_grad_(true), v = at::randn({batch, kv, seq, dim}).requires_grad_(true);
+    const at::Tensor mask = hp::models::build_attention_mask(batch, seq, at::Tensor(), at::Tensor(), false, at::kFloat, 0);
+    const uint64_t before = hp::platform::CachingHostAllocator::stats().live_bytes;
+    const at::Tensor out = hp::models::causal_attention(q, k, v, mask, 0.125);
+    const uint64_t held = hp::platform::CachingHostAllocator::stats().live_bytes - before;
+    const uint64_t probs_bytes = static_cast<uint64_t>(batch * kv * seq * groups * seq) * 4;
+    EXPECT_LT(held, out.nbytes() + probs_bytes / 16) << "held " << held << " bytes for an output of " << out.nbytes();
+    const at::Tensor grad = at::randn_like(out);
+    const auto got = torch::autograd::grad({out}, {q, k, v}, {grad});
+    // The eager core on the same values, its query heads h = kv * G + g.
+    const auto heads = [&](const at::Tensor& rows) {
+      return rows.view({batch, kv, seq, groups, dim}).permute({0, 1, 3, 2, 4}).reshape({batch, kv * groups, seq, dim});
+    };
+    const at::Tensor q2 = q.detach().clone().requires_grad_(true), k2 = k.detach().clone().requires_grad_(true);
+    const at::Tensor v2 = v.detach().clone().requires_grad_(true);
+    const at::Tensor eager = eager_core(heads(q2), k2, v2, mask, 0.125);
+    EXPECT_LE(max_abs(heads(out), eager), 1e-5);
+    const auto want = torch::autograd::grad({eager}, {q2, k2, v2}, {heads(grad)});
+    for (size_t i = 0; i < 3; ++i) EXPECT_LE(max_abs(got[i], want[i]), 1e-4 * std::max(1.0, want[i].abs().max().item<double>())) << i;
+  });
 }

@@ -229,24 +229,24 @@ double attention_peak_mb(const testing::RankContext* ctx, const std::string& alg
   return testing::process_status_mb("VmHWM") - before;
 }
 
-// Attention activations per rank fall with cp: [T x T] scores at cp 1, about 1/cp of them
-// with all-gather and Ulysses, and ring keeps only q, k, v, output and log-sum-exp.
+// Activations per rank fall with cp: each rank holds its 1/cp of the row's (the attention
+// kernel keeps each row's softmax stats, not its [T x T] probabilities, on every path; ring
+// keeps q, k, v, output and log-sum-exp), plus what the algorithm gathers for a moment.
 TEST(ContextParallelWide, PeakMemoryPerRankFallsWithCp) {
   if (testing::sanitizer_build()) GTEST_SKIP() << "ASan's allocator keeps freed memory in quarantine: RSS does not follow live tensors";
   const double plain = attention_peak_mb(nullptr, "");
   if (!testing::is_rank_process()) std::printf("plain model, one process: peak rise %.0f MiB\n", plain);
-  // The row is long enough for attention to dominate: the 8 heads' fp32 probabilities over
-  // 2048 x 2048 positions, which the attention kernel keeps for backward, are 128 MiB.
-  EXPECT_GT(plain, 100);
+  // One layer over 2048 positions: measured 62 MiB (over 100 while the kernel kept the 128 MiB
+  // of probabilities for backward).
+  EXPECT_GT(plain, 40);
   for (int cp : {2, 4}) {
     for (const std::string algorithm : {"allgather", "ulysses", "ring"}) {  // each in fresh processes
       testing::run_on_ranks(cp, [cp, plain, algorithm](testing::RankContext& ctx) {
         const double peak = attention_peak_mb(&ctx, algorithm);
         std::printf("cp %d %s rank %d: peak rise %.0f MiB (%.2f of the plain model)\n", cp, algorithm.c_str(), ctx.rank, peak, peak / plain);
-        // Measured: 0.50 / 0.28 of the plain model at cp 2 / 4 for all-gather and Ulysses,
-        // 0.32 / 0.16 for ring.
-        const double bound = algorithm == "ring" ? (cp == 2 ? 0.45 : 0.25) : (cp == 2 ? 0.65 : 0.4);
-        EXPECT_LT(peak, plain * bound) << algorithm;
+        // Measured at cp 2 / 4: all-gather 0.46-0.48 / 0.27-0.33, Ulysses 0.57-0.59 / 0.39-0.43,
+        // ring 0.58 / 0.29-0.31 of the plain model.
+        EXPECT_LT(peak, plain * (cp == 2 ? 0.7 : 0.5)) << algorithm;
       });
     }
   }
