@@ -7,7 +7,9 @@ namespace hyperparallel::train {
 namespace {
 
 int64_t auto_chunk_tokens(int64_t vocab) {
-  return std::clamp<int64_t>(kAutoChunkLogitsBytes / (4 * std::max<int64_t>(1, vocab)), 128, 4096);
+  const int64_t tokens = kAutoChunkLogitsBytes / (4 * std::max<int64_t>(1, vocab));
+  const int64_t rounded = (tokens + kAutoChunkMultiple - 1) / kAutoChunkMultiple * kAutoChunkMultiple;
+  return std::clamp<int64_t>(rounded, 128, 4096);
 }
 
 std::string mib(double bytes) { return std::to_string(static_cast<int64_t>(bytes / (1 << 20))) + " MiB"; }

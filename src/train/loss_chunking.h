@@ -8,7 +8,7 @@
 // micro-batch's fp32 logits would take kAutoMinLogitsBytes or more and span at least two chunks. It stays off where the chunked
 // loss cannot run (sequence_parallel with loss_parallel; the zero_bubble pipeline schedule);
 // asked for there, the config checks refuse it. `chunked_loss.chunk_size: auto` keeps one
-// chunk's fp32 logits near kAutoChunkLogitsBytes.
+// chunk's fp32 logits near kAutoChunkLogitsBytes (its tokens rounded up to kAutoChunkMultiple).
 #pragma once
 
 #include <cstdint>
@@ -20,11 +20,14 @@
 namespace hyperparallel::train {
 
 constexpr int64_t kAutoMinLogitsBytes = int64_t{256} << 20;
-// 256 MiB: on the 103 M Qwen3 of docs/benchmarks.md "Real data" (vocabulary 151,936), chunks of
-// 512 / 256 / 128 tokens stepped in 12.39 / 12.69 / 14.39 s with peaks of 4540 / 4542 / 4517 MiB
-// (the unchunked loss: 13.46 s, 5358 MiB): small chunks cost GEMM efficiency and saved nothing
-// more at the peak, which lies where the gradients meet at the end of backward.
-constexpr int64_t kAutoChunkLogitsBytes = int64_t{256} << 20;
+// 128 MiB, rounded up to a multiple of 128 tokens (256 tokens for a 151,936-token vocabulary).
+// On the 103 M Qwen3 of docs/benchmarks.md "Real data" (one process, 10 steps): chunks of
+// 441 / 256 tokens peaked at 2828 / 2745 MiB once the step's peak had moved into the forward
+// (the attention no longer keeps its probabilities; the forward's live activations meet one
+// chunk's logits there). Earlier, with the peak at the end of backward, 512 / 256 / 128
+// tokens stepped in 12.39 / 12.69 / 14.39 s: below 256 tokens the head's GEMMs lose speed.
+constexpr int64_t kAutoChunkLogitsBytes = int64_t{128} << 20;
+constexpr int64_t kAutoChunkMultiple = 128;
 
 struct LossChunking {
   int64_t chunk_tokens = 0;  // 0: the whole micro-batch's logits at once

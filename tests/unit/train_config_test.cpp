@@ -270,12 +270,19 @@ TEST(TrainConfig, ChunkedLossAutoChunksWhereTheLogitsAreLarge) {
     return hp::train::resolve_loss_chunking(hp::train::load_train_config(path, overrides), qwen3, cp);
   };
   const auto real = at({"per_device_train_batch_size=2", "cutoff_len=512"});
-  EXPECT_EQ(real.chunk_tokens, 441);  // 256 MiB / (151936 x 4 bytes)
+  EXPECT_EQ(real.chunk_tokens, 256);  // 128 MiB / (151936 x 4 bytes) = 220, rounded up to a multiple of 128
   EXPECT_NE(real.reason.find("auto: a micro-batch's fp32 logits up to 593 MiB (1024 tokens x 151936"), std::string::npos) << real.reason;
   EXPECT_EQ(at({"per_device_train_batch_size=2", "cutoff_len=128"}).chunk_tokens, 0);  // 148 MiB
+  hp::models::ModelConfig llama3 = qwen3;  // 128,256 tokens: 261 rounded up to 384; 32,000: 1048 up to 1152
+  llama3.vocab_size = 128256;
+  EXPECT_EQ(hp::train::resolve_loss_chunking(hp::train::load_train_config(path, {"per_device_train_batch_size=4", "cutoff_len=1024", out}),
+                                             llama3, 1).chunk_tokens, 384);
+  llama3.vocab_size = 32000;
+  EXPECT_EQ(hp::train::resolve_loss_chunking(hp::train::load_train_config(path, {"per_device_train_batch_size=4", "cutoff_len=2048", out}),
+                                             llama3, 1).chunk_tokens, 1152);
   EXPECT_EQ(at({"per_device_train_batch_size=2", "cutoff_len=512", "chunked_loss.chunk_size=300"}).chunk_tokens, 300);
   EXPECT_EQ(at({"per_device_train_batch_size=2", "cutoff_len=512", "chunked_loss.enabled=false"}).chunk_tokens, 0);
-  EXPECT_EQ(at({"per_device_train_batch_size=1", "cutoff_len=64", "chunked_loss.enabled=true"}).chunk_tokens, 441);
+  EXPECT_EQ(at({"per_device_train_batch_size=1", "cutoff_len=64", "chunked_loss.enabled=true"}).chunk_tokens, 256);
   const auto sharded = at({"per_device_train_batch_size=2", "cutoff_len=512", "accelerator.tp_size=2",
                            "accelerator.sequence_parallel=true", "accelerator.loss_parallel=true"});
   EXPECT_EQ(sharded.chunk_tokens, 0);
