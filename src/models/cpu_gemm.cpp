@@ -9,9 +9,6 @@
 namespace hyperparallel::models {
 namespace {
 
-bool routed(const at::Tensor& a, const at::Tensor& b) {
-  return a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 && a.device().is_cpu() && bf16_gemms_through_fp32();
-}
 
 at::Tensor fp32_gemm(const at::Tensor& a, const at::Tensor& b) {
   return at::mm(a.to(at::kFloat), b.to(at::kFloat)).to(at::kBFloat16);
@@ -55,10 +52,14 @@ bool bf16_gemms_through_fp32() {
   return slow_bf16;
 }
 
-at::Tensor gemm(const at::Tensor& a, const at::Tensor& b) { return routed(a, b) ? fp32_gemm(a, b) : at::mm(a, b); }
+bool gemm_through_fp32(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 && a.device().is_cpu() && bf16_gemms_through_fp32();
+}
+
+at::Tensor gemm(const at::Tensor& a, const at::Tensor& b) { return gemm_through_fp32(a, b) ? fp32_gemm(a, b) : at::mm(a, b); }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  return routed(x, weight) ? linear_through_fp32_gemm(x, weight, bias) : at::linear(x, weight, bias);
+  return gemm_through_fp32(x, weight) ? linear_through_fp32_gemm(x, weight, bias) : at::linear(x, weight, bias);
 }
 
 at::Tensor linear_through_fp32_gemm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {

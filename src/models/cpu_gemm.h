@@ -19,6 +19,10 @@ namespace hyperparallel::models {
 // True on a CPU without AVX512_BF16 or AMX-BF16.
 bool bf16_gemms_through_fp32();
 
+// Whether a product of these operands goes through the fp32 GEMM here: both bf16 CPU
+// tensors and bf16_gemms_through_fp32().
+bool gemm_through_fp32(const at::Tensor& a, const at::Tensor& b);
+
 // a [m, k] x b [k, n]; bf16 x bf16 through the fp32 GEMM where bf16_gemms_through_fp32().
 at::Tensor gemm(const at::Tensor& a, const at::Tensor& b);
 

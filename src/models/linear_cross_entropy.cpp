@@ -22,7 +22,7 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
                             int64_t chunk) {
     // bf16 on a CPU without bf16 instructions: the whole loss in fp32 (cpu_gemm.h), the
     // gradients back in bf16 (an fp32 copy of the head weight lives for the call).
-    const bool in_fp32 = hidden_in.scalar_type() == at::kBFloat16 && bf16_gemms_through_fp32();
+    const bool in_fp32 = gemm_through_fp32(hidden_in, weight_in);
     const at::Tensor hidden = in_fp32 ? hidden_in.to(at::kFloat) : hidden_in.contiguous();
     const at::Tensor weight = in_fp32 ? weight_in.to(at::kFloat) : weight_in.contiguous();
     const at::Tensor labels = labels_in.contiguous();

@@ -64,8 +64,9 @@ std::string rows_key(const nlohmann::json& settings, const std::vector<std::stri
   return hash.hex();
 }
 
-FileLock::FileLock(const std::string& path) {
+FileLock::FileLock(const std::string& path, bool only_if_writable) {
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0 && only_if_writable && (errno == EACCES || errno == EROFS || errno == EPERM)) return;
   if (fd_ < 0) throw UserError(path + ": cannot be created (" + std::strerror(errno) + ")");
   while (::flock(fd_, LOCK_EX) != 0) {
     if (errno == EINTR) continue;

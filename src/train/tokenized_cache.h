@@ -67,10 +67,11 @@ SavedRows load_or_build_rows(const std::string& path, std::optional<std::chrono:
                              const std::function<data::TokenRows()>& build, std::vector<std::string>& notes);
 
 // Holds flock(LOCK_EX) on a file (created if missing) until destroyed. UserError when the
-// file cannot be opened (a read-only folder).
+// file cannot be opened, unless `only_if_writable` and the folder is read-only: then no lock
+// is held (a read-only folder of rows is read, never written).
 class FileLock {
  public:
-  explicit FileLock(const std::string& path);
+  explicit FileLock(const std::string& path, bool only_if_writable = false);
   ~FileLock();
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;

@@ -257,7 +257,7 @@ TrainData prepare_train_data(const TrainConfig& config) {
     std::error_code ec;
     fs::create_directories(folder, ec);
     if (ec) throw UserError("tokenized_path " + folder + " cannot be created (" + ec.message() + ")");
-    folder_lock.emplace((fs::path(folder) / ".lock").string());
+    folder_lock.emplace((fs::path(folder) / ".lock").string(), /*only_if_writable=*/true);
   }
   if (folder.empty() || !read_saved_folder(config, out)) {
     const data::DatasetFile* file = config.dataset_file.path.empty() ? nullptr : &config.dataset_file;
