@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +11,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "hyperparallel/io/user_files.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel::data {
@@ -122,14 +122,9 @@ TokenRows TokenRows::open(const std::string& path) {
     return UserError(path + ": not a usable tokenized-rows file (" + why +
                      "); delete it so it is made again");
   };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  struct stat st {};
-  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const std::string why = fd < 0 ? std::strerror(errno) : "not a regular file";
-    if (fd >= 0) ::close(fd);
-    throw UserError(path + ": cannot be read (" + why + ")");
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const io::OpenedFile file = io::open_user_file(path, "tokenized rows");
+  const int fd = file.fd;
+  const uint64_t size = file.size;
   if (size < kHeaderBytes) {
     ::close(fd);
     throw bad("shorter than its header");

@@ -1,14 +1,13 @@
 // A 128-bit content fingerprint. See content_hash.h.
 #include "content_hash.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
+#include "hyperparallel/io/user_files.h"
 #include "hyperparallel/platform/user_error.h"
 
 namespace hyperparallel::io {
@@ -56,14 +55,9 @@ ContentHash& ContentHash::add(int64_t value) {
 }
 
 ContentHash& ContentHash::add_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  struct stat st {};
-  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const std::string why = fd < 0 ? std::strerror(errno) : "not a regular file";
-    if (fd >= 0) ::close(fd);
-    throw UserError(path + ": cannot be read (" + why + ")");
-  }
-  add(static_cast<int64_t>(st.st_size));
+  const OpenedFile file = open_user_file(path, "the file");
+  const int fd = file.fd;
+  add(static_cast<int64_t>(file.size));
   std::vector<char> piece(4u << 20);
   for (;;) {
     const ssize_t n = ::read(fd, piece.data(), piece.size());

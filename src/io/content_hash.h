@@ -15,7 +15,8 @@ class ContentHash {
  public:
   ContentHash& add(std::string_view bytes);
   ContentHash& add(int64_t value);
-  // The file's size and bytes. UserError naming the file when it is not a readable regular file.
+  // The file's size and bytes. UserError naming the file when it is not a readable regular file
+  // (io/user_files.h's checks).
   ContentHash& add_file(const std::string& path);
   std::string hex() const;  // 32 lowercase hex digits
 

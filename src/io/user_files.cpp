@@ -24,18 +24,27 @@ std::string kind_of(mode_t mode) {
 
 }  // namespace
 
-std::string read_user_file(const std::string& path, uint64_t max_bytes, const std::string& what) {
+OpenedFile open_user_file(const std::string& path, const std::string& what) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) throw UserError("cannot read " + what + " " + path + ": " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw UserError(what + " " + path + " is " + kind_of(st.st_mode) + "; it must be a regular file");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw UserError("cannot read " + what + " " + path + ": " + std::strerror(errno));
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // swapped in between
+    ::close(fd);
+    throw UserError(what + " " + path + " is not a regular file");
+  }
+  return {fd, static_cast<uint64_t>(st.st_size)};
+}
+
+std::string read_user_file(const std::string& path, uint64_t max_bytes, const std::string& what) {
+  const OpenedFile file = open_user_file(path, what);
+  const int fd = file.fd;
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) throw UserError(what + " " + path + " is not a regular file");
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const uint64_t size = file.size;
   if (size > max_bytes) {
     throw UserError(what + " " + path + " is " + std::to_string(size) + " bytes; at most " + std::to_string(max_bytes) +
                     " are read for it");

@@ -4,6 +4,7 @@
 // tokenizing once.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -120,6 +121,10 @@ TEST(TokenRows, RefuseDamagedFilesByName) {
   backwards[64 + 8] = '\xff';  // row 0's end offset: past its tokens
   EXPECT_NE(damaged("offsets.hprows", backwards).find("row offsets"), std::string::npos);
   EXPECT_NE(damaged("short.hprows", "").find("delete it so it is made again"), std::string::npos);
+  // A FIFO would block a reader forever: refused by its kind before it is opened.
+  ASSERT_EQ(::mkfifo((dir + "/fifo.hprows").c_str(), 0644), 0);
+  EXPECT_NE(hp::testing::user_error_of([&] { TokenRows::open(dir + "/fifo.hprows"); }).find("is a FIFO; it must be a regular file"),
+            std::string::npos);
 }
 
 // Threads change how fast rows are made, not which: the same rows and reports, and the

@@ -22,6 +22,14 @@ inline constexpr uint64_t kMaxSmallJsonBytes = 64ull << 20;  // config.json, tok
 inline constexpr uint64_t kMaxTokenizerBytes = 1ull << 30;   // tokenizer.json (large vocabularies are ~30 MB)
 inline constexpr uint64_t kMaxDatasetBytes = 64ull << 30;    // one dataset file
 
+// A read-only descriptor of the regular file `path` and its size, checked as above (the kind
+// before it is opened, non-blocking); the caller closes fd. UserError naming `what` and the file.
+struct OpenedFile {
+  int fd = -1;
+  uint64_t size = 0;
+};
+OpenedFile open_user_file(const std::string& path, const std::string& what);
+
 // The file's bytes. `what` names it for messages ("config.json", "the dataset").
 std::string read_user_file(const std::string& path, uint64_t max_bytes, const std::string& what);
 
