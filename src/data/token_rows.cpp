@@ -258,4 +258,13 @@ TokenRows TokenRows::select(std::vector<int64_t> indices) const {
   return view;
 }
 
+TokenBatch collate_rows(const TokenRows& rows, const std::vector<int64_t>& indices, int64_t pad_id) {
+  std::vector<TrainingRow> held;
+  held.reserve(indices.size());
+  for (int64_t i : indices) held.push_back(rows.row(i));
+  std::vector<const TrainingRow*> pointers;
+  for (const TrainingRow& row : held) pointers.push_back(&row);
+  return collate_rows(pointers, pad_id);
+}
+
 }  // namespace hyperparallel::data

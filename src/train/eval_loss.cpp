@@ -21,15 +21,13 @@ double evaluate_loss(models::CausalLM& model, const data::TokenRows& rows, int64
   double loss_sum = 0, tokens = 0;
   std::vector<models::CausalLMInput> staged;  // under pipeline parallelism: all passes, then through the stages
   for (int64_t p = 0; p < passes; ++p) {
-    std::vector<data::TrainingRow> held;
+    std::vector<int64_t> mine;
     for (int64_t k = 0; k < share.rows_per_micro_batch; ++k) {
       const int64_t r = p * per_pass + share.dp_rank * share.rows_per_micro_batch + k;
-      if (r < n) held.push_back(rows.row(r));
+      if (r < n) mine.push_back(r);
     }
-    std::vector<const data::TrainingRow*> mine;
-    for (const auto& row : held) mine.push_back(&row);
-    if (mine.empty()) mine.push_back(&silent);
-    const models::CausalLMInput in = model_input(data::collate_rows(mine, pad_id), share.cp, share.cp_rank);
+    const data::TokenBatch batch = mine.empty() ? data::collate_rows({&silent}, pad_id) : data::collate_rows(rows, mine, pad_id);
+    const models::CausalLMInput in = model_input(batch, share.cp, share.cp_rank);
     if (pipeline) {
       staged.push_back(in);
       continue;

@@ -76,11 +76,8 @@ StepOutcome run_optimizer_step(const StepSetup& s, const std::vector<int64_t>& g
   double local_loss_sum = 0, aux_sum = 0;  // aux_sum: global values (same on every rank), or this rank's own
   ep::take_expert_load(s.model);            // count this step's routed pairs only
   const auto micro_batch = [&](int64_t m) {
-    std::vector<data::TrainingRow> rows;
-    for (int64_t r : data::GlobalBatchSampler::rank_micro_batch(global, s.dp_rank, s.dp, m, s.accumulation)) rows.push_back(data.rows.row(r));
-    std::vector<const data::TrainingRow*> mine;
-    for (const auto& row : rows) mine.push_back(&row);
-    return model_input(data::collate_rows(mine, data.pad_id), s.cp, s.cp_rank);
+    const auto mine = data::GlobalBatchSampler::rank_micro_batch(global, s.dp_rank, s.dp, m, s.accumulation);
+    return model_input(data::collate_rows(data.rows, mine, data.pad_id), s.cp, s.cp_rank);
   };
   if (s.pipeline) {
     std::vector<models::CausalLMInput> inputs;

@@ -75,16 +75,11 @@ PlainRun plain_reference_run(const train::TrainConfig& c) {
   if (c.eval_on_start) evaluate(0);
   data::SamplerPosition position;
   for (int64_t step = 0; step < c.max_steps; ++step) {
-    std::vector<data::TrainingRow> held;
+    const std::vector<int64_t> picked = sampler.global_batch_rows(position);
     int64_t label_tokens = 0;
-    for (int64_t r : sampler.global_batch_rows(position)) {
-      held.push_back(data.rows.row(r));
-      label_tokens += data::label_tokens(held.back());
-    }
-    std::vector<const data::TrainingRow*> rows;
-    for (const auto& row : held) rows.push_back(&row);
+    for (int64_t r : picked) label_tokens += data.rows.label_tokens(r);
     position = sampler.next(position);
-    const models::CausalLMOutput out = model->forward(train::model_input(data::collate_rows(rows, data.pad_id)));
+    const models::CausalLMOutput out = model->forward(train::model_input(data::collate_rows(data.rows, picked, data.pad_id)));
     // MoE: HF's load-balancing loss over the whole global batch (one forward here).
     const at::Tensor lm_loss = out.lm_loss_sum / static_cast<double>(label_tokens);
     const at::Tensor loss = out.aux_loss.defined() ? lm_loss + model->config().router_aux_loss_coef * out.aux_loss : lm_loss;

@@ -57,4 +57,7 @@ class TokenRows {
   bool selected_ = false;
 };
 
+// collate_rows (sft_samples.h) of the rows `indices` picks, in that order.
+TokenBatch collate_rows(const TokenRows& rows, const std::vector<int64_t>& indices, int64_t pad_id);
+
 }  // namespace hyperparallel::data
